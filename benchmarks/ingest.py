@@ -1,0 +1,277 @@
+"""Ingest benchmark: workbench's trace reader vs Holistic Trace Analysis vs plain `json.load`.
+
+Writes a synthetic PyTorch-profiler (Kineto) trace of N events (`synthetic_kineto.py`), then parses
+that one file with each parser, every run in a fresh subprocess so its peak RSS is its own:
+
+- workbench: `workbench.trace.read_trace(path)`; rows are `trace.events.num_rows`;
+- HTA: `hta.trace_analysis.TraceAnalysis(trace_dir=...)` with HTA's defaults, on a directory holding
+  a link to the trace as rank 0 (HTA loads traces by directory); rows are HTA's rank-0 dataframe,
+  after HTA's own filtering;
+- json.load: the file as a Python dict, no conversion; rows are `len(traceEvents)`.
+
+Seconds are the parse call alone (no interpreter start or imports), the median of the runs;
+events/s divide the file's N events by them. Peak RSS is the child's `ru_maxrss`, baseline its RSS
+after imports. The file is freshly written, so every parser reads it from the page cache.
+
+    python benchmarks/ingest.py                      # 1,000,000 events, HTA included
+    python benchmarks/ingest.py --events 200000 --skip-hta --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Only the standard library at module level: the children import this file too, and whatever it
+# imports would count in their RSS. The parent's imports (rich, the generator) are in `main`.
+
+PARSERS = ("workbench", "hta", "json")
+LABELS = {"workbench": "workbench", "hta": "HTA", "json": "json.load"}
+SPEEDUP_VS_HTA = 20.0
+EVENTS_PER_S = 400_000
+RSS_OVER_FILE = 1.5
+MB = 1_000_000
+
+
+# --- child: one parse in a fresh process ---------------------------------------------------------
+
+
+def _load_workbench() -> Callable[[str], int]:
+    from workbench.trace import read_trace
+
+    return lambda path: read_trace(path).events.num_rows
+
+
+def _load_hta() -> Callable[[str], int]:
+    from hta.trace_analysis import TraceAnalysis
+
+    def parse(path: str) -> int:
+        analysis = TraceAnalysis(trace_dir=str(Path(path).parent))
+        return len(analysis.t.get_trace(analysis.t.get_ranks()[0]))
+
+    return parse
+
+
+def _load_json() -> Callable[[str], int]:
+    def parse(path: str) -> int:
+        with open(path) as f:
+            return len(json.load(f)["traceEvents"])
+
+    return parse
+
+
+LOADERS: dict[str, Callable[[], Callable[[str], int]]] = {
+    "workbench": _load_workbench, "hta": _load_hta, "json": _load_json}
+
+
+def _peak_rss() -> int:
+    """This process's peak RSS in bytes (`ru_maxrss` is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def child(parser: str, path: str) -> int:
+    """Import `parser`, parse `path` once, print one JSON line of measurements; return the exit code."""
+    import psutil
+
+    try:
+        parse = LOADERS[parser]()
+    except Exception as exc:  # a missing or half-written package fails in many ways at import
+        print(json.dumps({"error": f"import failed: {type(exc).__name__}: {exc}"}))
+        return 3
+    baseline = psutil.Process().memory_info().rss
+    start = time.perf_counter()
+    rows = parse(path)
+    seconds = time.perf_counter() - start
+    print(json.dumps({"seconds": seconds, "rows": rows, "baseline_rss": baseline, "peak_rss": _peak_rss()}))
+    return 0
+
+
+# --- parent: runs, results, report -----------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    """All runs of one parser on the trace."""
+
+    parser: str
+    runs: list[dict] = field(default_factory=list)
+    error: str | None = None
+
+    def median(self, key: str) -> float:
+        return statistics.median(run[key] for run in self.runs)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.runs) and self.error is None
+
+
+def run_parser(parser: str, path: Path, repeat: int, timeout: float | None,
+               log: Callable[[str], None]) -> Result:
+    """Parse `path` with `parser` `repeat` times, each in a fresh `python ingest.py --child` process."""
+    result = Result(parser)
+    for i in range(repeat):
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", parser, str(path)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            result.error = f"timed out after {timeout:g} s"
+            break
+        lines = proc.stdout.strip().splitlines()
+        report = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
+        if proc.returncode != 0 or "error" in report:
+            tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+            result.error = report.get("error") or f"exit code {proc.returncode}:\n{tail}"
+            break
+        result.runs.append(report)
+        log(f"{LABELS[parser]} run {i + 1}/{repeat}: {report['seconds']:.2f} s, "
+            f"peak RSS {report['peak_rss'] / MB:,.0f} MB")
+    if result.error:
+        log(f"{LABELS[parser]} FAILED: {result.error}")
+    return result
+
+
+def summarize(results: list[Result], events: int, file_bytes: int) -> dict:
+    """Per-parser medians, workbench's speed ratios and the target checks, as plain data."""
+    parsers = {}
+    for r in results:
+        entry: dict = {"label": LABELS[r.parser], "error": r.error, "runs": r.runs}
+        if r.ok:
+            seconds = r.median("seconds")
+            peak = max(run["peak_rss"] for run in r.runs)
+            entry |= {"seconds": seconds, "events_per_s": events / seconds, "rows": r.runs[-1]["rows"],
+                      "peak_rss_mb": peak / MB, "baseline_rss_mb": r.median("baseline_rss") / MB,
+                      "peak_rss_over_file": peak / file_bytes}
+        parsers[r.parser] = entry
+    wb = parsers.get("workbench", {})
+
+    def speedup(other: str) -> float | None:
+        theirs = parsers.get(other, {}).get("seconds")
+        return theirs / wb["seconds"] if theirs and "seconds" in wb else None
+
+    ratios = {"workbench_vs_hta": speedup("hta"), "workbench_vs_json": speedup("json")}
+
+    def check(name: str, value: float | None, ok: Callable[[float], bool], shown: str) -> dict:
+        status = "N/A" if value is None else "PASS" if ok(value) else "FAIL"
+        return {"target": name, "value": value, "shown": "-" if value is None else shown, "status": status}
+
+    eps, rss = wb.get("events_per_s"), wb.get("peak_rss_over_file")
+    targets = [
+        check(f"workbench >= {SPEEDUP_VS_HTA:g}x faster than HTA", ratios["workbench_vs_hta"],
+              lambda v: v >= SPEEDUP_VS_HTA, f"{ratios['workbench_vs_hta'] or 0:.1f}x"),
+        check(f"workbench >= {EVENTS_PER_S:,} events/s", eps, lambda v: v >= EVENTS_PER_S,
+              f"{eps or 0:,.0f}/s"),
+        check(f"workbench peak RSS < {RSS_OVER_FILE:g}x file size", rss, lambda v: v < RSS_OVER_FILE,
+              f"{rss or 0:.2f}x"),
+    ]
+    return {"parsers": parsers, "ratios": ratios, "targets": targets}
+
+
+def print_report(summary: dict, events: int, file_bytes: int) -> None:
+    """The results table, workbench's ratios and the targets, with rich."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"Parsing {events:,} Kineto events ({file_bytes / MB:,.1f} MB of JSON)")
+    for name in ("parser", "seconds", "events/s", "peak MB", "base MB", "peak/file", "rows"):
+        table.add_column(name, justify="left" if name == "parser" else "right")
+    for p in summary["parsers"].values():
+        if p["error"]:
+            table.add_row(p["label"], f"[red]failed: {p['error'].splitlines()[0]}[/red]", *[""] * 5)
+            continue
+        table.add_row(p["label"], f"{p['seconds']:.2f}", f"{p['events_per_s']:,.0f}",
+                      f"{p['peak_rss_mb']:,.0f}", f"{p['baseline_rss_mb']:,.0f}",
+                      f"{p['peak_rss_over_file']:.2f}x", f"{p['rows']:,}")
+    console.print(table)
+    for key, other in (("workbench_vs_hta", "HTA"), ("workbench_vs_json", "json.load")):
+        ratio = summary["ratios"][key]
+        if ratio is not None:
+            console.print(f"workbench vs {other}: {ratio:.1f}x {'faster' if ratio >= 1 else 'slower'}"
+                          + (f" ({1 / ratio:.1f}x the time)" if ratio < 1 else ""))
+    colors = {"PASS": "green", "FAIL": "red", "N/A": "yellow"}
+    for t in summary["targets"]:
+        console.print(f"  [{colors[t['status']]}]{t['status']:>4}[/]  {t['target']:<45} {t['shown']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=1_000_000, help="trace events to generate (default 1M)")
+    parser.add_argument("--out", type=Path, help="directory for the trace (default: a temporary one)")
+    parser.add_argument("--keep", action="store_true", help="keep the trace afterwards")
+    parser.add_argument("--seed", type=int, default=0, help="generator seed")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of workbench and json.load (default 3)")
+    parser.add_argument("--hta-repeat", type=int, default=1, help="runs of HTA, which is slow (default 1)")
+    parser.add_argument("--skip-hta", action="store_true", help="leave HTA out (quick runs)")
+    parser.add_argument("--timeout", type=float, default=3600,
+                        help="seconds one parse may take (default 3600)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--child", nargs=2, metavar=("PARSER", "PATH"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return child(*args.child)
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from synthetic_kineto import write_synthetic_trace
+
+    err = Console(stderr=True)
+    made_dir = args.out is None
+    out = Path(tempfile.mkdtemp(prefix="workbench-ingest-")) if made_dir else args.out
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"synthetic-{args.events}.pt.trace.json"
+    hta_dir = out / f"hta-{args.events}"
+    try:
+        with Progress(TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TextColumn("events"),
+                      TimeElapsedColumn(), console=err) as progress:
+            task = progress.add_task("generate", total=args.events)
+            start = time.perf_counter()
+            counts = write_synthetic_trace(path, args.events, args.seed,
+                                           progress=lambda n: progress.update(task, completed=n))
+            generation_s = time.perf_counter() - start
+        file_bytes = path.stat().st_size
+        mix = ", ".join(f"{k} {n / args.events:.1%}" for k, n in sorted(counts.items(), key=lambda c: -c[1]))
+        err.print(f"wrote {path}: {args.events:,} events, {file_bytes / MB:,.1f} MB, "
+                  f"in {generation_s:.1f} s ({mix})")
+        hta_dir.mkdir(exist_ok=True)
+        (hta_dir / "rank0.pt.trace.json").unlink(missing_ok=True)
+        (hta_dir / "rank0.pt.trace.json").symlink_to(path.resolve())
+
+        results = []
+        for name in PARSERS:
+            if name == "hta" and args.skip_hta:
+                continue
+            target = hta_dir / "rank0.pt.trace.json" if name == "hta" else path
+            repeat = args.hta_repeat if name == "hta" else args.repeat
+            results.append(run_parser(name, target, repeat, args.timeout, err.print))
+        summary = summarize(results, args.events, file_bytes)
+        if args.json:
+            print(json.dumps({"events": args.events, "seed": args.seed, "file": str(path),
+                              "file_bytes": file_bytes, "generation_s": generation_s, "counts": counts,
+                              **summary}, indent=2))
+        else:
+            print_report(summary, args.events, file_bytes)
+    finally:
+        if args.keep:
+            err.print(f"kept {path}")
+        else:
+            shutil.rmtree(hta_dir, ignore_errors=True)
+            path.unlink(missing_ok=True)
+            if made_dir:
+                shutil.rmtree(out, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

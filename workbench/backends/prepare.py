@@ -1,0 +1,183 @@
+"""Turning a `Variant` and a `LoadedModel` into a runnable `PreparedVariant`.
+
+Preparation never touches the loaded model: it deep-copies the module (quantization mutates it),
+moves the copy to the variant's device, quantizes it per the precision recipe and wraps it in
+torch.compile. Compilation is lazy, so the first call pays for it; `first_call` times that call
+on its own so the caller can report compile time apart from steady-state latency.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from workbench.backends.devices import resolve_device, synchronize
+from workbench.backends.quantize import quantize_int8_dynamic, quantize_int8_weight_only
+from workbench.backends.variants import Variant
+from workbench.errors import VariantUnavailable, WorkbenchError
+from workbench.models import LoadedModel
+
+Quantizer = Callable[[nn.Module, torch.device], tuple[nn.Module, str]]
+
+
+@dataclass(frozen=True)
+class PrecisionRecipe:
+    """How a precision is realized: an autocast dtype around each call and/or a weight quantizer."""
+
+    autocast_dtype: torch.dtype | None = None
+    quantizer: Quantizer | None = None
+
+
+PRECISIONS: dict[str, PrecisionRecipe] = {
+    "fp32": PrecisionRecipe(),
+    "bf16": PrecisionRecipe(autocast_dtype=torch.bfloat16),
+    "int8": PrecisionRecipe(quantizer=quantize_int8_dynamic),
+    "int8-weight-only": PrecisionRecipe(quantizer=quantize_int8_weight_only),
+}
+
+
+def _compile_failures() -> tuple[type[BaseException], ...]:
+    """Exception types meaning "the compiler could not build this here" (not a model bug)."""
+    import torch._dynamo.exc as dynamo_exc
+    import torch._inductor.exc as inductor_exc
+
+    candidates = (
+        getattr(dynamo_exc, "BackendCompilerFailed", None),
+        getattr(inductor_exc, "InductorError", None),  # torch >= 2.7
+    )
+    return tuple(cls for cls in candidates if cls is not None)
+
+
+def _root_reason(exc: BaseException) -> str:
+    """First line of the innermost cause: compiler wrappers put the real reason there."""
+    while (inner := getattr(exc, "inner_exception", None) or exc.__cause__) is not None:
+        exc = inner
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def _as_float_tensor(output: Any) -> torch.Tensor:
+    """The model's output as a float32 tensor; tuples/lists give their first element."""
+    if isinstance(output, (tuple, list)) and output:
+        output = output[0]
+    if not isinstance(output, torch.Tensor):
+        raise WorkbenchError(
+            f"model output must be a tensor (or a tuple starting with one), got {type(output).__name__}"
+        )
+    return output.float()
+
+
+class PreparedVariant:
+    """A variant ready to run: `run(inputs)` returns the output as a float tensor on the device."""
+
+    def __init__(
+        self,
+        variant: Variant,
+        module: nn.Module,
+        device: torch.device,
+        recipe: PrecisionRecipe,
+        notes: dict[str, Any],
+    ) -> None:
+        self.variant = variant
+        self.module = module
+        self.device = device
+        self.notes = notes
+        self._autocast_dtype = recipe.autocast_dtype
+        self._compile_failures = _compile_failures() if variant.compile else ()
+
+    def place(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """The inputs on this variant's device (a no-op for tensors already there)."""
+        return tuple(t.to(self.device) for t in inputs)
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self._autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self._autocast_dtype)
+
+    def run(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        """One inference call (inference mode; autocast for bf16).
+
+        Inputs are moved to the device if needed; `place` them beforehand to time compute only.
+        """
+        try:
+            with torch.inference_mode(), self._autocast():
+                return _as_float_tensor(self.module(*self.place(inputs)))
+        except self._compile_failures as exc:
+            raise VariantUnavailable(
+                f"variant {self.variant.name}: torch.compile ({self.variant.compile}) failed here: "
+                f"{_root_reason(exc)}"
+            ) from exc
+
+    def sync(self) -> None:
+        """Wait until queued device work is done (no-op on CPU)."""
+        synchronize(self.device)
+
+    def first_call(self, inputs: Sequence[torch.Tensor]) -> float:
+        """Run once and return its wall time in seconds: includes compilation for compiled variants.
+
+        Also recorded as notes["first_call_s"].
+        """
+        placed = self.place(inputs)
+        self.sync()
+        start = time.perf_counter()
+        self.run(placed)
+        self.sync()
+        elapsed = time.perf_counter() - start
+        self.notes["first_call_s"] = elapsed
+        return elapsed
+
+
+def _compile(module: nn.Module, backend: str, profile_cpu_kernels: bool) -> nn.Module:
+    # Options apply to this compilation only, so inductor's global config is left as it was.
+    options = {"cpp.enable_kernel_profile": True} if profile_cpu_kernels else None
+    return torch.compile(module, backend=backend, options=options)
+
+
+def _check_precision(variant: Variant, device: torch.device) -> PrecisionRecipe:
+    if variant.precision not in PRECISIONS:
+        raise WorkbenchError(f"variant {variant.name}: unknown precision '{variant.precision}'")
+    recipe = PRECISIONS[variant.precision]
+    bf16 = recipe.autocast_dtype is torch.bfloat16
+    if bf16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        gpu = torch.cuda.get_device_name(device)
+        raise VariantUnavailable(f"variant {variant.name}: {gpu} has no bf16 support")
+    return recipe
+
+
+def prepare(variant: Variant, loaded: LoadedModel, *, kernel_profile: bool = False) -> PreparedVariant:
+    """A runnable copy of `loaded.module` for `variant`; VariantUnavailable if it cannot run here.
+
+    `kernel_profile` makes inductor's generated CPU kernels appear as named profiler events
+    (`cpp.enable_kernel_profile`). It only applies to inductor on CPU (GPU kernels are named in
+    traces anyway) and is ignored elsewhere; notes["kernel_profile"] says whether it applied.
+    """
+    if variant.backend != "torch":
+        raise VariantUnavailable(f"variant {variant.name}: backend '{variant.backend}' is not available")
+    device = resolve_device(variant.device)
+    recipe = _check_precision(variant, device)
+    module = copy.deepcopy(loaded.module).to(device)
+    quantization = None
+    if recipe.quantizer is not None:
+        module, quantization = recipe.quantizer(module, device)
+    profile_cpu_kernels = kernel_profile and variant.compile == "inductor" and device.type == "cpu"
+    if variant.compile:
+        module = _compile(module, variant.compile, profile_cpu_kernels)
+    notes: dict[str, Any] = {
+        "device": str(device),
+        "torch_version": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "quantization": quantization,
+        "autocast": str(recipe.autocast_dtype).removeprefix("torch.") if recipe.autocast_dtype else None,
+        "compile": variant.compile,
+        "kernel_profile": profile_cpu_kernels,
+    }
+    if device.type == "cpu":
+        notes["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    return PreparedVariant(variant, module, device, recipe, notes)

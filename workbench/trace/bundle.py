@@ -1,0 +1,351 @@
+"""The run bundle: one folder per run under the traces root, written atomically.
+
+    <root>/<run-id>/
+      run.json        schema_version, run_id, created (ISO 8601 UTC), status ("ok" | "failed"), error,
+                      model, variant, device, experiment, whatever the caller adds (versions, benchmark
+                      stats, numerics, capture settings) and the Trace metadata under "trace"
+      events.parquet  memory.parquet  counters.parquet   (zstd; only when the run has a trace)
+      raw/            the original profiler output, untouched
+
+A bundle is assembled in a hidden sibling folder (`.tmp-<run-id>-<hex>`) and renamed into place, and
+deletion renames it away (`.deleting-...`) before removing it, so a reader never sees a half bundle.
+Hidden folders are never bundles. This module also holds the conventions the experiment records share
+(ids, `created` stamps, JSON-safe values, record loading).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+import secrets
+import shutil
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from datetime import date, datetime, timezone
+from enum import Enum
+from pathlib import Path, PurePath
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from workbench.errors import BundleError
+from workbench.trace.model import Trace
+from workbench.trace.schema import SCHEMA_VERSION
+
+RUN_JSON = "run.json"
+RAW_DIR = "raw"
+TABLES = ("events", "memory", "counters")
+STATUSES = ("ok", "failed")
+EXPERIMENTS_DIR = "experiments"
+"""Folder of experiment records inside the traces root; reserved, so never a run id."""
+
+_ID_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+_FIND_IDS = "run `workbench ls` to list run ids (with --out DIR for another traces root)"
+
+ProblemHandler = Callable[[Path, str], None]
+"""Called by the listings with the path of an unreadable entry and what is wrong with it."""
+
+
+class BundleWarning(UserWarning):
+    """An entry of the traces root that should be readable but is not; the listing goes on."""
+
+
+def is_valid_run_id(text: object) -> bool:
+    """Whether `text` is a valid run or experiment id: 1-128 letters, digits, `_`, `-` and `.`, starting
+    with a letter, digit or `_` (so never `.`, `..` or an option-like `-x`), and not `experiments`.
+    Such an id is a single path component that cannot leave the traces root."""
+    return isinstance(text, str) and _ID_RE.fullmatch(text) is not None and text != EXPERIMENTS_DIR
+
+
+def new_run_id(*parts: str) -> str:
+    """A fresh id that sorts by creation time: UTC time, slugified `parts`, 4 random hex digits,
+    e.g. `20261202-174512-tiny-gpt-eager-3f9a`."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    slugs = (re.sub(r"[^a-z0-9.]+", "-", part.lower()).strip("-.") for part in parts)
+    slug = "-".join(s for s in slugs if s)[:96].strip("-.")
+    return "-".join(x for x in (stamp, slug, secrets.token_hex(2)) if x)
+
+
+def utc_now() -> str:
+    """The current time in ISO 8601 UTC with milliseconds: the format of every `created` field."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def created_time(info: Mapping[str, Any]) -> datetime:
+    """The `created` time of a record as an aware datetime (the epoch of time if it is missing or bad),
+    so that listings sort by it whatever offset the writer used."""
+    try:
+        created = datetime.fromisoformat(str(info.get("created")))
+    except ValueError:
+        created = datetime.min
+    return created if created.tzinfo else created.replace(tzinfo=timezone.utc)
+
+
+def json_safe(value: Any, where: str = "$") -> Any:
+    """`value` as plain JSON data: NaN becomes null and ±inf "inf"/"-inf" (JSON has neither), numpy
+    scalars and arrays become Python values, paths and dates strings, enums their value, dataclasses
+    dicts. Anything else raises TypeError naming where it sits (`where` is its JSONPath)."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return float(value)
+    if isinstance(value, Mapping):
+        return {k if isinstance(k, str) else str(k): json_safe(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [json_safe(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, (np.generic, np.ndarray)):
+        return json_safe(value.tolist(), where)
+    if isinstance(value, PurePath):
+        return str(value)
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Enum):
+        return json_safe(value.value, where)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return json_safe(dataclasses.asdict(value), where)
+    raise TypeError(f"{where}: a {type(value).__name__} is not JSON-serializable")
+
+
+def load_record(path: Path, label: str) -> dict[str, Any]:
+    """The JSON object in `path` (a run.json or an experiment record), checked to be an object of the
+    supported schema_version; `label` names the thing in errors."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BundleError(f"{label}: malformed {path}: {exc}") from exc
+    if not isinstance(record, dict):
+        raise BundleError(f"{label}: malformed {path}: a JSON {type(record).__name__}, not an object")
+    version = record.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise BundleError(f"{label}: {path} has schema_version {version!r}; this workbench reads "
+                          f"version {SCHEMA_VERSION} (a newer one needs a newer workbench)")
+    return record
+
+
+def resolve_inside(root: Path, candidate: Path, label: str) -> Path:
+    """`candidate` (an entry of `root`) with links resolved, refusing one that leads out of `root`:
+    ids come from users (CLI, Jupyter server) and must not reach other files."""
+    try:
+        base, real = root.resolve(strict=True), candidate.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop before Python 3.13
+        raise BundleError(f"{label}: cannot resolve {candidate}: {exc}") from exc
+    if real == base or not real.is_relative_to(base):
+        raise BundleError(f"{label}: {candidate} leads outside {root} (to {real}); refused")
+    return real
+
+
+@dataclasses.dataclass(eq=False)
+class Bundle:
+    """A run bundle on disk: its run.json, read eagerly (it is small), and its tables, read on demand.
+
+    `run_id` is the name the bundle is opened and listed by (its folder name); `path` is resolved.
+    """
+
+    path: Path
+    run_id: str
+    info: dict[str, Any]
+    _trace: Trace | None = dataclasses.field(default=None, init=False, repr=False)
+
+    @property
+    def has_trace(self) -> bool:
+        """Whether the run has trace tables (a run without profiling or a failed one may not)."""
+        return (self.path / f"{TABLES[0]}.parquet").is_file()
+
+    def trace(self) -> Trace:
+        """The run's Trace, read memory-mapped from its parquet files on first call, then cached."""
+        if self._trace is None:
+            if not self.has_trace:
+                raise BundleError(f"run {self.run_id!r} (status {self.info.get('status')!r}) has no trace: "
+                                  "it ran without profiling or failed before capture")
+            try:
+                tables = {name: pq.read_table(self.path / f"{name}.parquet", memory_map=True)
+                          for name in TABLES}
+                self._trace = Trace(**tables, metadata=dict(self.info.get("trace") or {}))
+            except (OSError, KeyError, pa.ArrowException) as exc:
+                raise BundleError(f"run {self.run_id!r}: unreadable tables in {self.path}: {exc}") from exc
+        return self._trace
+
+    def raw_files(self) -> list[Path]:
+        """The files of raw/ (recursively: some profilers write folders), sorted."""
+        return sorted(p for p in (self.path / RAW_DIR).rglob("*") if p.is_file())
+
+
+def write_bundle(root: str | Path, run_id: str, info: Mapping[str, Any], trace: Trace | None = None,
+                 raw_files: Sequence[str | Path] = (), move_raw: bool = False) -> Path:
+    """Write the bundle `root/run_id` atomically and return its path.
+
+    run.json gets the fixed fields, defaults for status ("ok"), error, model, variant, device,
+    experiment and created (now), then `info` (which may override those defaults) and `trace.metadata`
+    under "trace". `raw_files` (files or folders) are copied into raw/, or moved when `move_raw`.
+    On any failure, KeyboardInterrupt included, nothing is left in `root` and moved raw files are put
+    back. An existing run is never overwritten.
+    """
+    root = Path(root)
+    if not is_valid_run_id(run_id):
+        raise BundleError(f"invalid run id {run_id!r}: use letters, digits, '_', '-' and '.'")
+    text = _run_json(run_id, info, trace)
+    sources = _checked_sources(raw_files)
+    final = root / run_id
+    if os.path.lexists(final):
+        raise BundleError(f"run {run_id!r} already exists in {root}; delete it first or pick a new id")
+    tmp = root / f".tmp-{run_id}-{secrets.token_hex(4)}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
+    except OSError as exc:
+        raise BundleError(f"cannot write run {run_id!r} in {root}: {exc}") from exc
+    moved: list[tuple[Path, Path]] = []
+    try:
+        (tmp / RUN_JSON).write_text(text, encoding="utf-8")
+        if trace is not None:
+            for name in TABLES:
+                pq.write_table(getattr(trace, name), tmp / f"{name}.parquet", compression="zstd")
+        raw = tmp / RAW_DIR
+        raw.mkdir()
+        for src in sources:
+            if move_raw:
+                shutil.move(src, raw / src.name)
+                moved.append((src, raw / src.name))
+            elif src.is_dir():
+                shutil.copytree(src, raw / src.name)
+            else:
+                shutil.copy2(src, raw / src.name)
+        os.rename(tmp, final)
+    except BaseException as exc:
+        _discard(tmp, moved)
+        if isinstance(exc, (OSError, pa.ArrowException)):
+            raise BundleError(f"cannot write run {run_id!r} in {root}: {exc}") from exc
+        raise
+    return final
+
+
+def _run_json(run_id: str, info: Mapping[str, Any], trace: Trace | None) -> str:
+    """The text of run.json, after checking the fields the readers rely on."""
+    fixed = {"schema_version": SCHEMA_VERSION, "run_id": run_id}
+    taken = fixed.keys() | ({"trace"} if trace is not None else set())
+    reserved = sorted(taken & info.keys())
+    if reserved:
+        raise BundleError(f"run {run_id!r}: info may not set {', '.join(reserved)} (the bundle writes them)")
+    defaults = {"created": utc_now(), "status": "ok", "error": None, "model": None, "variant": None,
+                "device": None, "experiment": None}
+    record = {**fixed, **defaults, **info}
+    if trace is not None:
+        record["trace"] = trace.metadata
+    if record["status"] not in STATUSES:
+        raise BundleError(f"run {run_id!r}: status {record['status']!r} is not one of {', '.join(STATUSES)}")
+    if record["status"] == "failed" and not isinstance(record["error"], str):
+        raise BundleError(f"run {run_id!r}: a failed run needs an error message")
+    if record["experiment"] is not None and not is_valid_run_id(record["experiment"]):
+        raise BundleError(f"run {run_id!r}: experiment {record['experiment']!r} is not a valid id")
+    try:
+        return json.dumps(json_safe(record), indent=2, allow_nan=False)
+    except TypeError as exc:
+        raise BundleError(f"run {run_id!r}: cannot write run.json: {exc}") from exc
+
+
+def _checked_sources(raw_files: Sequence[str | Path]) -> list[Path]:
+    """The raw files as paths, checked to exist and to have distinct names (they share raw/)."""
+    sources = [Path(p) for p in raw_files]
+    names: set[str] = set()
+    for src in sources:
+        if not src.exists():
+            raise BundleError(f"raw file {src} does not exist")
+        if src.name in names:
+            raise BundleError(f"two raw files are named {src.name!r}; they would collide in raw/")
+        names.add(src.name)
+    return sources
+
+
+def _discard(tmp: Path, moved: Sequence[tuple[Path, Path]]) -> None:
+    """Remove a half-written bundle, first putting moved raw files back; if one cannot go back, the
+    folder is kept (with a warning) rather than lose the user's data."""
+    stranded = []
+    for src, dst in moved:
+        try:
+            shutil.move(dst, src)
+        except OSError:
+            stranded.append(src)
+    if stranded:
+        warnings.warn(f"could not put back {', '.join(map(str, stranded))}; they are in {tmp / RAW_DIR}",
+                      BundleWarning, stacklevel=3)
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def open_bundle(ref: str | Path, root: str | Path, *, allow_paths: bool = True) -> Bundle:
+    """The bundle `ref` names: a run id under `root`, or (when `allow_paths`) the path of a bundle
+    folder or of its run.json. An id is tried first and must resolve strictly inside `root`, links
+    included; callers passing untrusted input (the Jupyter server) set `allow_paths=False`."""
+    root = Path(root)
+    try:
+        if isinstance(ref, str) and is_valid_run_id(ref):
+            if os.path.lexists(root / ref):
+                return _read_bundle(resolve_inside(root, root / ref, f"run {ref!r}"), ref, ref)
+            if not allow_paths or not os.path.lexists(ref):
+                raise BundleError(f"no run {ref!r} in {root}")
+        elif not allow_paths:
+            raise BundleError(f"{str(ref)!r} is not a run id")
+        path = Path(ref).expanduser()
+        if path.name == RUN_JSON and path.is_file():
+            path = path.parent
+        if not path.exists():
+            raise BundleError(f"no run {str(ref)!r}: neither a run id in {root} nor an existing path")
+        path = path.resolve()
+        return _read_bundle(path, path.name, ref)
+    except BundleError as exc:
+        raise BundleError(f"{exc}; {_FIND_IDS}") from exc.__cause__
+
+
+def _read_bundle(path: Path, run_id: str, ref: str | Path) -> Bundle:
+    """The bundle in folder `path`; `ref` is what the user asked for, for the errors."""
+    if not (path / RUN_JSON).is_file():
+        raise BundleError(f"{str(ref)!r}: {path} is not a run bundle (no {RUN_JSON})")
+    return Bundle(path, run_id, load_record(path / RUN_JSON, f"run {str(ref)!r}"))
+
+
+def list_bundles(root: str | Path, on_problem: ProblemHandler | None = None) -> list[Bundle]:
+    """The bundles in `root`, oldest first. Hidden folders (temporary ones), the experiments folder and
+    folders without run.json are skipped; a bundle that cannot be read is passed to `on_problem(path,
+    message)` (by default a BundleWarning) and the listing goes on."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    report = on_problem or warn_problem
+    bundles = []
+    for entry in root.iterdir():
+        name = entry.name
+        if name.startswith(".") or name == EXPERIMENTS_DIR or not (entry / RUN_JSON).is_file():
+            continue
+        try:
+            if not is_valid_run_id(name):
+                raise BundleError(f"folder {name!r} is not named by a valid run id; rename it")
+            bundles.append(_read_bundle(resolve_inside(root, entry, f"run {name!r}"), name, name))
+        except BundleError as exc:
+            report(entry, str(exc))
+    return sorted(bundles, key=lambda b: (created_time(b.info), b.run_id))
+
+
+def warn_problem(path: Path, message: str) -> None:
+    """The default problem handler of the listings: a BundleWarning."""
+    warnings.warn(message, BundleWarning, stacklevel=3)
+
+
+def delete_bundle(ref: str | Path, root: str | Path, *, allow_paths: bool = True) -> None:
+    """Delete the bundle `ref` names (see `open_bundle`). It is first renamed to a hidden name, so a
+    crash during removal leaves hidden debris, never a half bundle that still lists as valid."""
+    bundle = open_bundle(ref, root, allow_paths=allow_paths)
+    doomed = bundle.path.with_name(f".deleting-{bundle.path.name}-{secrets.token_hex(4)}")
+    try:
+        os.rename(bundle.path, doomed)
+        shutil.rmtree(doomed)
+    except OSError as exc:
+        raise BundleError(f"cannot delete run {bundle.run_id!r} ({bundle.path}): {exc}") from exc

@@ -1,0 +1,386 @@
+"""Decode one chunk of Kineto / Chrome trace events into compact columns.
+
+msgspec decodes the chunk into small typed structs (top-level fields, `args` kept as raw JSON
+bytes); the args of each class of record are then decoded once more into a struct holding only
+the fields that become columns (event args, `[memory]` args). Columns leave the chunk as numpy
+arrays and Arrow arrays (strings dictionary-encoded), so a million events cost a few hundred bytes
+each, not a Python object each.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+
+from workbench.trace.jsonstream import ChunkDecodeError
+
+_EMPTY = msgspec.Raw(b"")
+MISSING = -(2**63)
+"""Integer columns use this for "absent" (JSON has no integer NaN)."""
+
+
+class Phase(enum.Enum):
+    """The `ph` values of the Trace Event Format; decoding to members avoids a string per event."""
+
+    UNKNOWN = ""
+    SPAN = "X"
+    BEGIN = "B"
+    END = "E"
+    INSTANT = "i"
+    INSTANT_LEGACY = "I"
+    COUNTER = "C"
+    METADATA = "M"
+    FLOW_START = "s"
+    FLOW_STEP = "t"
+    FLOW_END = "f"
+    ASYNC_BEGIN = "b"
+    ASYNC_END = "e"
+    ASYNC_INSTANT = "n"
+    SAMPLE = "P"
+    OBJECT_NEW = "N"
+    OBJECT_SNAPSHOT = "O"
+    OBJECT_DELETE = "D"
+    MARK = "R"
+    CLOCK_SYNC = "c"
+    CONTEXT_ENTER = "("
+    CONTEXT_EXIT = ")"
+
+
+_PHASES = list(Phase)
+_PHASE_CODE = {id(p): i for i, p in enumerate(_PHASES)}  # by id: Enum.__hash__ is slow Python
+PHASE_VALUES = [p.value for p in _PHASES]
+
+
+class _Event(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """One Trace Event Format record with the fields Kineto writes (`s`, an instant's scope, is dropped).
+
+    Other fields of the format (tts, cname, sf, ...) are rare: the slow path keeps them in args.
+    """
+
+    ph: Phase = Phase.UNKNOWN
+    name: str = ""
+    cat: str | None = None
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    id: int | str = -1
+    bp: str | None = None
+    s: str | None = None
+    args: msgspec.Raw = _EMPTY
+
+
+_TOP = ("ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "args")
+_KNOWN_KEYS = frozenset((*_TOP, "bp", "s"))
+
+
+class _EventArgs(msgspec.Struct, gc=False):
+    """The args fields of spans and instants that become columns; the rest stay in the raw args."""
+
+    external_id: int = msgspec.field(default=MISSING, name="External id")
+    external_id_v1: int = msgspec.field(default=MISSING, name="external id")
+    correlation: int = MISSING
+    device: int = MISSING
+    stream: int = MISSING
+    flops: float = float("nan")
+    bytes: float = float("nan")
+    input_dims: msgspec.Raw = msgspec.field(default=_EMPTY, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=_EMPTY, name="Input type")
+
+
+class _MemoryArgs(msgspec.Struct, gc=False):
+    """The args of a `[memory]` instant."""
+
+    addr: int = msgspec.field(default=MISSING, name="Addr")
+    bytes: int = msgspec.field(default=MISSING, name="Bytes")
+    allocated: int = msgspec.field(default=MISSING, name="Total Allocated")
+    reserved: int = msgspec.field(default=MISSING, name="Total Reserved")
+    device_type: int = msgspec.field(default=MISSING, name="Device Type")
+    device_id: int = msgspec.field(default=MISSING, name="Device Id")
+
+
+EVENT_INTS = ("external_id", "correlation", "device", "stream")
+EVENT_FLOATS = ("flops", "bytes")
+MEMORY_FIELDS = ("addr", "bytes", "allocated", "reserved", "device_type", "device_id")
+
+_decoders: dict[Any, msgspec.json.Decoder] = {
+    t: msgspec.json.Decoder(list[t]) for t in (_Event, _EventArgs, _MemoryArgs, Any)
+}
+
+
+class EventSchemaError(Exception):
+    """A chunk that is valid JSON but whose events are not trace events."""
+
+
+@dataclass
+class Strings:
+    """A dictionary-encoded string column of one chunk: codes (-1 = null) into `values`."""
+
+    codes: np.ndarray
+    values: list[str]
+
+    @classmethod
+    def encode(cls, items: Any) -> Strings:
+        items = items if isinstance(items, (list, tuple)) else list(items)
+        encoded = pa.array(items, pa.string()).dictionary_encode()
+        codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
+        return cls(codes, encoded.dictionary.to_pylist())
+
+    def take(self, rows: np.ndarray) -> Strings:
+        return Strings(self.codes[rows], self.values)
+
+    def code(self, value: str) -> int:
+        return self.values.index(value) if value in self.values else -2
+
+
+@dataclass
+class Chunk:
+    """Columns of one decoded chunk, split by what its records become.
+
+    `events`: one entry per span/instant row (numpy or Arrow, see `decode_chunk`);
+    `rows`: how many event rows; `memory`: a structured array of `[memory]` instants; `counters` and `meta`: the few counter
+    (`C`) and metadata (`M`) records as tuples; `records`: how many records the chunk held.
+    """
+
+    records: int
+    rows: int
+    events: dict[str, Any]
+    memory: np.ndarray
+    counters: list[tuple[float, str, dict[str, Any]]] = field(default_factory=list)
+    meta: list[tuple[str, int, int, dict[str, Any]]] = field(default_factory=list)
+    flows: int = 0
+
+
+def decode_chunk(text: bytes) -> Chunk:
+    """Decode a JSON array of trace events; `ChunkDecodeError` if it is not valid JSON."""
+    try:
+        events = _decoders[_Event].decode(text)
+    except msgspec.ValidationError:
+        events = _events_loose(text)
+    except msgspec.DecodeError as exc:
+        raise ChunkDecodeError(str(exc)) from exc
+    return _split(events)
+
+
+def _split(events: list[_Event]) -> Chunk:
+    n = len(events)
+    cols = dict(zip(_TOP, zip(*map(operator.attrgetter(*_TOP), events), strict=True), strict=True)) \
+        if n else dict.fromkeys(_TOP, ())
+    del events
+    ph = Strings(np.fromiter(map(_PHASE_CODE.__getitem__, map(id, cols["ph"])), dtype=np.int32, count=n),
+                 PHASE_VALUES)
+    name = Strings.encode(cols["name"])
+    args: tuple[msgspec.Raw, ...] = cols["args"]
+    instant = np.isin(ph.codes, [ph.code("i"), ph.code("I")])
+    is_memory = instant & (name.codes == name.code("[memory]"))
+    is_flow = np.isin(ph.codes, [ph.code("s"), ph.code("t"), ph.code("f")])
+    is_counter = ph.codes == ph.code("C")
+    is_meta = ph.codes == ph.code("M")
+    keep = ~(is_memory | is_flow | is_counter | is_meta)
+    rows = np.flatnonzero(keep)
+    pid = _ints(cols["pid"])
+    tid = _ints(cols["tid"])
+    ts = np.fromiter(cols["ts"], dtype=np.float64, count=n)
+    chunk = Chunk(
+        records=n,
+        rows=len(rows),
+        events=_event_columns(cols, rows, ph, name, pid, tid, ts, keep),
+        memory=_memory_columns(args, np.flatnonzero(is_memory), pid, tid, ts),
+        flows=int(is_flow.sum()),
+    )
+    for i in np.flatnonzero(is_counter).tolist():
+        chunk.counters.append((float(ts[i]), cols["name"][i], _json_object(args[i])))
+    for i in np.flatnonzero(is_meta).tolist():
+        chunk.meta.append((cols["name"][i], int(pid[i]), int(tid[i]), _json_object(args[i])))
+    return chunk
+
+
+def _event_columns(cols: dict[str, tuple], rows: np.ndarray, ph: Strings, name: Strings,
+                   pid: np.ndarray, tid: np.ndarray, ts: np.ndarray, keep: np.ndarray) -> dict[str, Any]:
+    """Columns of the span/instant rows of a chunk.
+
+    Columns that no row of the chunk uses are None (`id` without async begin/end pairs, `flops` and
+    `bytes` where all are NaN), to keep a million-event trace small while it is assembled.
+    """
+    n_all = len(ts)
+    everything = len(rows) == n_all
+    args = cols["args"] if everything else tuple(itertools.compress(cols["args"], keep))
+    raw, present = raw_strings(args)
+    typed = _decode_args(_EventArgs, args, present)
+    where = np.flatnonzero(present)
+    n = len(rows)
+    out: dict[str, Any] = {
+        "ph": ph.take(rows),
+        "name": name.take(rows),
+        "cat": Strings.encode(cols["cat"] if everything else itertools.compress(cols["cat"], keep)),
+        "pid": pid[rows],
+        "tid": tid[rows],
+        "ts": ts[rows],
+        "dur": np.fromiter(cols["dur"] if everything else itertools.compress(cols["dur"], keep),
+                           dtype=np.float64, count=n),
+        "id": _ints(cols["id"] if everything else tuple(itertools.compress(cols["id"], keep)))
+        if ph.code("e") >= 0 or ph.code("E") >= 0 else None,
+        "args": raw,
+    }
+    fields = (*EVENT_INTS, "external_id_v1", *EVENT_FLOATS, "input_dims", "input_type")
+    values = dict(zip(fields, zip(*map(operator.attrgetter(*fields), typed), strict=True), strict=True)) \
+        if typed else dict.fromkeys(fields, ())
+    for key in EVENT_INTS:
+        out[key] = _spread(values[key], where, n, np.int64, MISSING)
+    v1 = _spread(values["external_id_v1"], where, n, np.int64, MISSING)  # 2021 kernels' "external id"
+    np.copyto(out["external_id"], v1, where=out["external_id"] == MISSING)
+    for key in EVENT_FLOATS:
+        column = _spread(values[key], where, n, np.float64, np.nan)
+        out[key] = None if np.isnan(column).all() else column
+    out["shapes"] = _spread_raw(values["input_dims"], where, n)
+    out["dtypes"] = _spread_raw(values["input_type"], where, n)
+    return out
+
+
+def _memory_columns(args: tuple[msgspec.Raw, ...], rows: np.ndarray, pid: np.ndarray, tid: np.ndarray,
+                    ts: np.ndarray) -> np.ndarray:
+    """`[memory]` instants as a structured array (ts in µs, thread, fields; MISSING if absent)."""
+    out = np.empty(len(rows), dtype=[("ts", "f8"), ("pid", "i8"), ("tid", "i8")]
+                   + [(f, "i8") for f in MEMORY_FIELDS])
+    out["ts"], out["pid"], out["tid"] = ts[rows], pid[rows], tid[rows]
+    if not len(rows):
+        return out
+    mem_args = operator.itemgetter(*rows.tolist())(args) if len(rows) > 1 else (args[rows[0]],)
+    present = np.fromiter(map(len, mem_args), dtype=np.int64, count=len(rows)) > 0
+    typed = _decode_args(_MemoryArgs, mem_args, present)
+    where = np.flatnonzero(present)
+    getter = operator.attrgetter(*MEMORY_FIELDS)
+    values = list(zip(*map(getter, typed), strict=True)) if typed else [() for _ in MEMORY_FIELDS]
+    for key, column in zip(MEMORY_FIELDS, values, strict=True):
+        out[key] = _spread(column, where, len(rows), np.int64, MISSING)
+    return out
+
+
+def _events_loose(text: bytes) -> list[_Event]:
+    """Slow path for events with fields or types the typed struct does not declare.
+
+    Unknown top-level fields and values of unexpected types are kept in the event's args.
+    """
+    events = []
+    for i, item in enumerate(_decoders[Any].decode(text)):
+        if not isinstance(item, dict):
+            raise EventSchemaError(f"traceEvents[{i}] is {type(item).__name__}, not an object")
+        args = item.get("args")
+        kept = {k: v for k, v in item.items() if k not in _KNOWN_KEYS}
+        if args is not None and not isinstance(args, dict):
+            kept["args"], args = args, None
+        fields: dict[str, Any] = {}
+        phase = item.get("ph", "")
+        if phase in PHASE_VALUES:
+            fields["ph"] = Phase(phase)
+        else:
+            kept["ph"] = phase
+        for key, types in (("name", str), ("cat", str), ("pid", (int, str)),
+                           ("tid", (int, str)), ("id", (int, str)), ("ts", (int, float)),
+                           ("dur", (int, float))):
+            value = item.get(key)
+            if value is None:
+                continue
+            if isinstance(value, types) and not isinstance(value, bool):
+                fields[key] = float(value) if key in ("ts", "dur") else value
+            elif key in ("name", "cat"):
+                fields[key] = str(value)
+            else:
+                kept[key] = value
+        merged = {**(args or {}), **kept}
+        raw = msgspec.json.encode(merged) if merged or args is not None else b""
+        events.append(_Event(**fields, args=msgspec.Raw(raw)))
+    return events
+
+
+def _decode_args(kind: type, args: tuple[msgspec.Raw, ...], present: np.ndarray) -> list[Any]:
+    """Decode the present raw args into `kind` structs (fields of unexpected type are left out)."""
+    if not present.any():
+        return []
+    text = b"[" + b",".join(itertools.compress(args, present)) + b"]"
+    try:
+        return _decoders[kind].decode(text)
+    except msgspec.ValidationError:
+        return [_struct_loose(kind, item) for item in _decoders[Any].decode(text)]
+
+
+def _struct_loose(kind: type, item: Any) -> Any:
+    values: dict[str, Any] = {}
+    for f in msgspec.structs.fields(kind) if isinstance(item, dict) else ():
+        if f.encode_name not in item:
+            continue
+        value = item[f.encode_name]
+        if f.type is msgspec.Raw:
+            values[f.name] = msgspec.Raw(msgspec.json.encode(value))
+            continue
+        try:
+            values[f.name] = msgspec.convert(value, f.type)
+        except msgspec.ValidationError:
+            continue
+    return kind(**values)
+
+
+def raw_strings(values: tuple[msgspec.Raw, ...]) -> tuple[pa.Array, np.ndarray]:
+    """An Arrow string array of raw JSON values (empty → null) and the mask of present ones."""
+    n = len(values)
+    lengths = np.fromiter(map(len, values), dtype=np.int64, count=n)
+    present = lengths > 0
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    large = offsets[-1] >= 2**31
+    validity = None if present.all() else pa.py_buffer(np.packbits(present, bitorder="little"))
+    array = pa.Array.from_buffers(
+        pa.large_string() if large else pa.string(), n,
+        [validity, pa.py_buffer(offsets if large else offsets.astype(np.int32)),
+         pa.py_buffer(b"".join(values))],
+        null_count=int(n - present.sum()),
+    )
+    return array, present
+
+
+def _ints(values: tuple[Any, ...]) -> np.ndarray:
+    """int64 column of pid/tid/id values; text values give their digits ("stream 7" → 7) or -1."""
+    n = len(values)
+    try:
+        return np.fromiter(values, dtype=np.int64, count=n)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    is_int = np.fromiter(map(isinstance, values, itertools.repeat(int)), dtype=bool, count=n)
+    numbers = np.full(n, -1, dtype=np.int64)
+    numbers[is_int] = np.fromiter(itertools.compress(values, is_int), dtype=np.int64, count=int(is_int.sum()))
+    for i in np.flatnonzero(~is_int).tolist():
+        digits = "".join(c for c in str(values[i]) if c.isdigit())
+        numbers[i] = int(digits[-18:]) if digits else -1
+    return numbers
+
+
+def _spread(values: tuple[Any, ...], where: np.ndarray, n: int, dtype: type, missing: Any) -> np.ndarray:
+    """Values of the rows that had args, placed at those rows (`missing` elsewhere)."""
+    full = np.full(n, missing, dtype=dtype)
+    if len(where):
+        full[where] = np.fromiter(values, dtype=dtype, count=len(where))
+    return full
+
+
+def _spread_raw(values: tuple[msgspec.Raw, ...], where: np.ndarray, n: int) -> pa.Array:
+    """Raw JSON values of the rows that had args, as strings at those rows (null elsewhere)."""
+    if not len(where):
+        return pa.nulls(n, pa.string())
+    compact, _ = raw_strings(values)
+    if len(where) == n:
+        return compact
+    index = np.full(n, -1, dtype=np.int64)
+    index[where] = np.arange(len(where))
+    return compact.take(pa.array(index, mask=index < 0))
+
+
+def _json_object(raw: msgspec.Raw) -> dict[str, Any]:
+    value = msgspec.json.decode(raw) if len(raw) else {}
+    return value if isinstance(value, dict) else {"args": value}

@@ -1,0 +1,100 @@
+"""Vectorized span nesting: parent and depth per track, and the innermost span enclosing a time.
+
+Readers call these on whole columns; a Python loop over a million spans would cost seconds.
+Spans on one track are assumed to nest (as host threads' ranges do); where they merely overlap,
+the later span is treated as a child of the one still open, and a parent that does not cover
+the child's start is dropped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _track_segments(track: np.ndarray, order: np.ndarray) -> list[np.ndarray]:
+    """Split `order` (sorted by track first) into one index array per track."""
+    cuts = np.flatnonzero(np.diff(track[order])) + 1
+    return np.split(order, cuts)
+
+
+def nest_spans(track: np.ndarray, start: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Parent row (-1 at top) and depth of every span, per track.
+
+    >>> nest_spans(np.array([0, 0, 0, 1]), np.array([0, 2, 5, 3]), np.array([10, 3, 1, 1]))
+    (array([-1,  0,  0, -1]), array([0, 1, 1, 0], dtype=int16))
+    """
+    n = len(start)
+    parent = np.full(n, -1, dtype=np.int64)
+    depth = np.zeros(n, dtype=np.int16)
+    if n == 0:
+        return parent, depth
+    order = np.lexsort((-dur, start, track))
+    for seg in _track_segments(track, order):
+        s = start[seg]
+        e = s + dur[seg]
+        pos = np.arange(len(seg))
+        # Spans that ended at or before each start, minus zero-length spans at the same instant
+        # that sort at or after it (they are not "before" it).
+        ended = np.searchsorted(np.sort(e), s, side="right")
+        zero_starts = np.sort(s[dur[seg] == 0])
+        z = np.searchsorted(zero_starts, s, side="right") - np.searchsorted(zero_starts, s, side="left")
+        group_end = np.searchsorted(s, s, side="right")
+        ended_before = ended - np.minimum(z, group_end - pos)
+        d = np.maximum(pos - ended_before, 0)
+        seg_parent = np.full(len(seg), -1, dtype=np.int64)
+        for level in range(1, int(d.max()) + 1 if len(d) else 0):
+            kids = np.flatnonzero(d == level)
+            cands = np.flatnonzero(d == level - 1)
+            if len(kids) == 0 or len(cands) == 0:
+                continue
+            k = np.searchsorted(cands, kids) - 1
+            ok = k >= 0
+            seg_parent[kids[ok]] = cands[k[ok]]
+        has = seg_parent >= 0
+        covered = np.zeros(len(seg), dtype=bool)
+        covered[has] = e[seg_parent[has]] > s[has]
+        seg_parent[~covered] = -1
+        depth[seg] = np.where(covered | (d == 0), d, 0).astype(np.int16)
+        parent[seg[covered]] = seg[seg_parent[covered]]
+    return parent, depth
+
+
+def innermost_enclosing(
+    q_track: np.ndarray,
+    q_ts: np.ndarray,
+    track: np.ndarray,
+    start: np.ndarray,
+    dur: np.ndarray,
+    parent: np.ndarray,
+    candidates: np.ndarray,
+) -> np.ndarray:
+    """For each query (track, time), the row of the innermost candidate span containing it, or -1.
+
+    `candidates` is a boolean mask over the spans (e.g. host ops); `parent` comes from
+    `nest_spans` over all spans, and is followed upwards to skip spans that do not contain the time
+    or are not candidates.
+    """
+    result = np.full(len(q_ts), -1, dtype=np.int64)
+    rows = np.flatnonzero(candidates)
+    if len(rows) == 0 or len(q_ts) == 0:
+        return result
+    end = start + dur
+    order = rows[np.lexsort((start[rows], track[rows]))]
+    q_order = np.lexsort((q_ts, q_track))
+    for seg in _track_segments(track, order):
+        t = track[seg[0]]
+        qsel = q_order[q_track[q_order] == t]
+        if len(qsel) == 0:
+            continue
+        k = np.searchsorted(start[seg], q_ts[qsel], side="right") - 1
+        cur = np.where(k >= 0, seg[np.maximum(k, 0)], -1)
+        # Walk up while the current span does not contain the time or is no candidate.
+        for _ in range(int(np.iinfo(np.int16).max)):
+            live = cur >= 0
+            bad = np.zeros(len(cur), dtype=bool)
+            bad[live] = (end[cur[live]] < q_ts[qsel][live]) | ~candidates[cur[live]]
+            if not bad.any():
+                break
+            cur[bad] = parent[cur[bad]]
+        result[qsel] = cur
+    return result

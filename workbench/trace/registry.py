@@ -1,0 +1,101 @@
+"""Trace formats behind a registry keyed by format name, with content sniffing.
+
+A reader registers a name, the file suffixes it claims, a sniff test on the file's first bytes,
+and the function that reads it. `read_trace` picks the reader by sniffing, so a misnamed file
+still reads, and an unknown one fails with the list of formats.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from workbench.errors import TraceFormatError
+from workbench.trace.model import Trace
+
+SNIFF_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class TraceFormat:
+    """A registered trace format."""
+
+    name: str
+    suffixes: tuple[str, ...]
+    sniff: Callable[[bytes], bool]
+    read: Callable[[Path], Trace]
+
+
+_FORMATS: dict[str, TraceFormat] = {}
+
+
+def register_format(fmt: TraceFormat) -> None:
+    """Add (or replace) a format; later issues register XSpace, nsys SQLite and ncu CSV here."""
+    _FORMATS[fmt.name] = fmt
+
+
+def formats() -> list[str]:
+    """Names of the registered formats."""
+    return sorted(_FORMATS)
+
+
+def _head(path: Path) -> bytes:
+    """The first bytes of the file's content, decompressed if it is gzip."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(SNIFF_BYTES)
+    except IsADirectoryError as exc:
+        raise TraceFormatError(path, "is a folder, not a trace file") from exc
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot open: {exc.strerror}") from exc
+    if head[:2] == b"\x1f\x8b":
+        try:
+            return zlib.decompressobj(wbits=31).decompress(head, SNIFF_BYTES)
+        except zlib.error as exc:
+            raise TraceFormatError(path, f"corrupt gzip data ({exc})") from exc
+    return head
+
+
+def sniff_format(path: str | os.PathLike[str]) -> str:
+    """The name of the format whose sniff test accepts the file's first bytes."""
+    path = Path(path)
+    if not path.exists():
+        raise TraceFormatError(path, "no such file")
+    head = _head(path)
+    if not head:
+        raise TraceFormatError(path, "empty file")
+    by_suffix = [f for f in _FORMATS.values() if any(str(path).endswith(s) for s in f.suffixes)]
+    for fmt in [*by_suffix, *_FORMATS.values()]:
+        if fmt.sniff(head):
+            return fmt.name
+    raise TraceFormatError(path, f"unrecognized trace format (known formats: {', '.join(formats())})")
+
+
+def read_trace(path: str | os.PathLike[str], format: str | None = None) -> Trace:
+    """Read any supported trace file into a `Trace`; `format` skips sniffing."""
+    path = Path(path)
+    name = format or sniff_format(path)
+    if name not in _FORMATS:
+        raise TraceFormatError(path, f"unknown format {name!r} (known: {', '.join(formats())})")
+    try:
+        return _FORMATS[name].read(path)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise TraceFormatError(path, f"corrupt or truncated gzip data ({exc})") from exc
+
+
+def _looks_like_json(head: bytes) -> bool:
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    return text[:1] in (b"{", b"[")
+
+
+def _read_kineto(path: Path) -> Trace:
+    from workbench.trace.kineto import read_kineto
+
+    return read_kineto(path)
+
+
+register_format(TraceFormat("kineto", (".json", ".json.gz"), _looks_like_json, _read_kineto))

@@ -1,0 +1,73 @@
+"""Arrow schemas of the three Trace tables (see the Trace contract in docs/design.md).
+
+All times are integer nanoseconds from the trace origin; units are in the column names.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+_dict_str = pa.dictionary(pa.int32(), pa.string())
+
+EVENTS = pa.schema(
+    [
+        ("start_ns", pa.int64()),
+        ("dur_ns", pa.int64()),
+        ("name", _dict_str),
+        ("kind", _dict_str),
+        ("device", _dict_str),
+        ("track", _dict_str),
+        ("pid", pa.int64()),
+        ("tid", pa.int64()),
+        ("corr", pa.int64()),
+        ("parent", pa.int64()),
+        ("depth", pa.int16()),
+        ("launcher", pa.int64()),
+        ("flops", pa.float64()),
+        ("bytes", pa.float64()),
+        ("shapes", pa.string()),
+        ("dtypes", pa.string()),
+        ("args", pa.string()),
+    ]
+)
+
+MEMORY = pa.schema(
+    [
+        ("ts_ns", pa.int64()),
+        ("device", _dict_str),
+        ("addr", pa.int64()),
+        ("delta_bytes", pa.int64()),
+        ("allocated_bytes", pa.int64()),
+        ("reserved_bytes", pa.int64()),
+        ("event", pa.int64()),
+    ]
+)
+
+COUNTERS = pa.schema(
+    [
+        ("ts_ns", pa.int64()),
+        ("device", _dict_str),
+        ("name", _dict_str),
+        ("value", pa.float64()),
+    ]
+)
+
+KINDS = (
+    "op",
+    "kernel",
+    "memcpy",
+    "memset",
+    "runtime",
+    "annotation",
+    "python",
+    "hlo",
+    "module",
+    "layer",
+    "other",
+)
+"""Every value the events `kind` column may take."""
+
+DEVICE_KINDS = frozenset({"kernel", "memcpy", "memset", "hlo", "module", "layer"})
+"""Kinds that run on an accelerator (and so may have a `launcher`)."""
