@@ -44,11 +44,11 @@ class TraceEventStream:
     """
 
     def __init__(self, stream: IO[bytes], path: object, decode: Callable[[bytes], T],
-                 block_bytes: int = BLOCK_BYTES) -> None:
+                 block_bytes: int | None = None) -> None:
         self._stream = stream
         self._path = path
         self._decode = decode
-        self._block = block_bytes
+        self._block = block_bytes or BLOCK_BYTES
         self._consumed = 0
         self._eof = False
         self.header: dict[str, Any] = {}

@@ -66,8 +66,8 @@ def sniff_format(path: str | os.PathLike[str]) -> str:
     if not path.exists():
         raise TraceFormatError(path, "no such file")
     head = _head(path)
-    if not head:
-        raise TraceFormatError(path, "empty file")
+    if not head.strip():
+        raise TraceFormatError(path, "empty file" if not head else "empty file (only whitespace)")
     by_suffix = [f for f in _FORMATS.values() if any(str(path).endswith(s) for s in f.suffixes)]
     for fmt in [*by_suffix, *_FORMATS.values()]:
         if fmt.sniff(head):
