@@ -1,0 +1,38 @@
+# Set-up and everyday commands. Each target installs what it needs into a project-local venv.
+# torch is pinned first so pip takes the CPU build instead of downloading a CUDA one.
+
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+TORCH  ?= torch==2.13.0
+EXTRAS ?= dev
+STAMP  := $(VENV)/.installed-$(EXTRAS)
+
+.PHONY: setup demo test lint bench-ingest clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH)"
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+	touch $@
+
+setup: $(STAMP)
+
+## Capture the default experiment (tiny-gpt; eager, bf16, compile, int8) and print its summary.
+demo: setup
+	$(VENV)/bin/workbench capture --threads 1
+
+## Lint and run the whole test suite.
+test: setup
+	$(VENV)/bin/ruff check workbench tests benchmarks
+	$(PY) -m pytest
+
+lint: setup
+	$(VENV)/bin/ruff check workbench tests benchmarks
+
+## Kineto ingest benchmark: workbench reader vs HolisticTraceAnalysis vs json.load on 1M events.
+bench-ingest: setup
+	$(PY) benchmarks/ingest.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

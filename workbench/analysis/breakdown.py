@@ -1,0 +1,80 @@
+"""Op and kernel breakdowns over a Trace: pure functions returning DataFrames and plain dicts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from workbench.trace import Trace
+
+
+def kind_counts(trace: Trace) -> dict[str, int]:
+    """Events per kind, most frequent first."""
+    return trace.kind_counts()
+
+
+def kernel_time_by_device(trace: Trace) -> dict[str, int]:
+    """Total kernel time in ns per device (overlapping streams are summed, as nsys does)."""
+    events = trace.df()
+    kernels = events[events["kind"] == "kernel"]
+    totals = kernels.groupby("device", observed=True)["dur_ns"].sum()
+    return {str(device): int(ns) for device, ns in totals.items()}
+
+
+def memory_peaks(trace: Trace) -> dict[str, int]:
+    """Peak allocated bytes per device from the memory table."""
+    memory = trace.df("memory")
+    if memory.empty:
+        return {}
+    peaks = memory.groupby("device", observed=True)["allocated_bytes"].max()
+    return {str(device): int(n) for device, n in peaks.items()}
+
+
+def self_time_ns(events: pd.DataFrame) -> np.ndarray:
+    """Each span's duration minus its children's (time not spent in nested spans on its track)."""
+    child_total = np.zeros(len(events), dtype=np.int64)
+    parents = events["parent"].to_numpy()
+    has_parent = parents >= 0
+    np.add.at(child_total, parents[has_parent], events["dur_ns"].to_numpy()[has_parent])
+    return np.maximum(events["dur_ns"].to_numpy() - child_total, 0)
+
+
+def device_time_launched_ns(events: pd.DataFrame) -> np.ndarray:
+    """Per event, the duration of the device work launched inside it (its own and nested spans')."""
+    launched = np.zeros(len(events), dtype=np.int64)
+    launcher = events["launcher"].to_numpy()
+    linked = launcher >= 0
+    np.add.at(launched, launcher[linked], events["dur_ns"].to_numpy()[linked])
+    parent, depth = events["parent"].to_numpy(), events["depth"].to_numpy()
+    for level in range(int(depth.max()) if len(depth) else 0, 0, -1):
+        rows = np.flatnonzero((depth == level) & (parent >= 0) & (launched > 0))
+        np.add.at(launched, parent[rows], launched[rows])
+    return launched
+
+
+def op_table(trace: Trace, kinds: tuple[str, ...] = ("op",)) -> pd.DataFrame:
+    """Per name of the given kinds: calls, total/self/mean ns, device ns launched, flops, share.
+
+    | name | calls | total_ns | self_ns | mean_ns | device_ns | flops | share |
+
+    `share` is the fraction of all self time of those kinds; sorted by total time.
+    """
+    events = trace.df()
+    events = events.assign(self_ns=self_time_ns(events), device_ns=device_time_launched_ns(events))
+    rows = events[events["kind"].isin(kinds)]
+    if rows.empty:
+        return pd.DataFrame(columns=["name", "calls", "total_ns", "self_ns", "mean_ns", "device_ns",
+                                     "flops", "share"])
+    grouped = rows.groupby(rows["name"].astype(str), observed=True)
+    table = pd.DataFrame({
+        "calls": grouped.size(),
+        "total_ns": grouped["dur_ns"].sum(),
+        "self_ns": grouped["self_ns"].sum(),
+        "device_ns": grouped["device_ns"].sum(),
+        "flops": grouped["flops"].sum(min_count=1),
+    })
+    table["mean_ns"] = table["total_ns"] / table["calls"]
+    total_self = table["self_ns"].sum()
+    table["share"] = table["self_ns"] / total_self if total_self else 0.0
+    table = table.reset_index(names="name").sort_values("total_ns", ascending=False, ignore_index=True)
+    return table[["name", "calls", "total_ns", "self_ns", "mean_ns", "device_ns", "flops", "share"]]

@@ -1,0 +1,60 @@
+"""The summary of one run: the figures `workbench show` prints and `show --json` returns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workbench.analysis.breakdown import kernel_time_by_device, kind_counts, memory_peaks, op_table
+from workbench.trace.bundle import Bundle
+
+LATENCY_KEYS = ("p50", "p90", "p99", "mean", "std", "min", "max")
+
+
+def run_summary(bundle: Bundle, top: int = 10) -> dict[str, Any]:
+    """Key figures of a run as JSON-ready values.
+
+    `{"run", "status", "model", "variant", "device", "events": {kind: n}, "kernel_ns": {device: ns},
+    "ops": n, "memory_peak_bytes": {device: n}, "latency_ms": {...}, "throughput": {...},
+    "numerics": {...}, "top_ops": [...], "top_kernels": [...]}`
+    """
+    info = bundle.info
+    bench = info.get("benchmark") or {}
+    summary: dict[str, Any] = {
+        "run": bundle.run_id,
+        "status": info.get("status"),
+        "error": info.get("error"),
+        "experiment": info.get("experiment"),
+        "model": display_name(info.get("model")),
+        "variant": display_name(info.get("variant")),
+        "device": info.get("device"),
+        "created": info.get("created"),
+        "latency_ms": {k: bench[k] for k in LATENCY_KEYS if k in bench},
+        "throughput": {k: bench[k] for k in ("items_per_s", "tokens_per_s") if bench.get(k) is not None},
+        "first_call_s": info.get("first_call_s"),
+        "numerics": info.get("numerics") or {},
+        "events": {},
+        "kernel_ns": {},
+        "ops": 0,
+        "memory_peak_bytes": {},
+        "top_ops": [],
+        "top_kernels": [],
+    }
+    if not bundle.has_trace:
+        return summary
+    trace = bundle.trace()
+    summary["events"] = kind_counts(trace)
+    summary["ops"] = summary["events"].get("op", 0)
+    summary["kernel_ns"] = kernel_time_by_device(trace)
+    summary["memory_peak_bytes"] = memory_peaks(trace)
+    summary["top_ops"] = _records(op_table(trace, ("op",)).head(top))
+    summary["top_kernels"] = _records(op_table(trace, ("kernel",)).head(top))
+    return summary
+
+
+def display_name(value: Any) -> Any:
+    """The name of a model or variant: run.json stores model and variant as dicts for captures and as names for imports."""
+    return value.get("name") if isinstance(value, dict) else value
+
+
+def _records(table) -> list[dict[str, Any]]:
+    return [{k: (None if v != v else v) for k, v in row.items()} for row in table.to_dict("records")]

@@ -1,0 +1,442 @@
+"""Experiments: one model, several variants, the same inputs, one bundle per variant.
+
+`run_experiment` loads the model once, prepares every variant (a variant that cannot run, or whose
+model raises, is recorded as failed and the others go on), checks each one's numerics against the
+fp32 `eager` reference, times them together with the interleaved benchmark, then profiles each in
+its own labelled lifecycle and writes its run bundle; last comes the experiment record that groups
+the bundles. The CLI, the notebook API and the Jupyter server all run experiments through here.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import traceback
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import torch
+
+from workbench.backends import (
+    REFERENCE,
+    LatencyStats,
+    Numerics,
+    PreparedVariant,
+    Variant,
+    Workload,
+    compare,
+    get_variant,
+    run_benchmark,
+)
+from workbench.backends.benchmark import WallClockTimer
+from workbench.capture import (
+    ProfiledRun,
+    ProfileSettings,
+    attach_flops,
+    environment,
+    phase,
+    prepare_variant,
+    profile_variant,
+    progress_units,
+)
+from workbench.errors import WorkbenchError
+from workbench.models import LoadedModel, load_model
+from workbench.paths import traces_root
+from workbench.trace import Trace, read_trace
+from workbench.trace.bundle import new_run_id, utc_now, write_bundle
+from workbench.trace.experiment import write_experiment
+
+DEFAULT_VARIANTS = ("eager", "bf16", "compile", "int8")
+"""The variants of the default experiment (the README's first command)."""
+
+Status = Literal["ok", "failed"]
+
+
+class Progress(Protocol):
+    """Receives progress of an experiment's tasks (the CLI draws them as progress bars).
+
+    Tasks are named by strings such as "prepare", "benchmark", "profile bf16", "write"; `total` is
+    None when unknown. `start` may be called again for a task to restart it from zero.
+    """
+
+    def start(self, task: str, total: int | None = None) -> None: ...
+
+    def advance(self, task: str, n: int = 1) -> None: ...
+
+    def finish(self, task: str) -> None: ...
+
+
+class NullProgress:
+    """A `Progress` that ignores everything (the default)."""
+
+    def start(self, task: str, total: int | None = None) -> None:
+        """Ignored."""
+
+    def advance(self, task: str, n: int = 1) -> None:
+        """Ignored."""
+
+    def finish(self, task: str) -> None:
+        """Ignored."""
+
+
+@dataclass(frozen=True)
+class ExperimentSettings:
+    """What to run. The defaults are the default experiment: tiny-gpt, batch 4, its default sequence
+    length (128), variants eager, bf16, compile and int8, each profiled.
+
+    `warmup` and `iterations` are rounds of the interleaved benchmark; `profile_settings` shapes the
+    separate profiled run of each variant. `threads` sets torch's intra-op threads for the
+    experiment (restored after); None leaves torch's setting. `model_overrides` go to `load_model`.
+    """
+
+    model: str = "tiny-gpt"
+    variants: tuple[str, ...] = DEFAULT_VARIANTS
+    batch: int = 4
+    seq: int | None = None
+    device: str = "cpu"
+    warmup: int = 5
+    iterations: int = 30
+    profile: bool = True
+    profile_settings: ProfileSettings = field(default_factory=ProfileSettings)
+    threads: int | None = None
+    model_overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "variants", tuple(self.variants))
+        object.__setattr__(self, "model_overrides", dict(self.model_overrides))
+        if not self.variants:
+            raise WorkbenchError("an experiment needs at least one variant")
+        repeated = sorted({name for name in self.variants if self.variants.count(name) > 1})
+        if repeated:
+            raise WorkbenchError(f"variant(s) listed more than once: {', '.join(repeated)}")
+        for key, minimum, optional in (("warmup", 0, False), ("iterations", 1, False), ("threads", 1, True)):
+            value = getattr(self, key)
+            if optional and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise WorkbenchError(f"{key} must be an integer >= {minimum}, got {value!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (for the experiment record)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The outcome of one variant: its bundle, status, and the headline numbers when it ran."""
+
+    variant: str
+    run_id: str
+    path: Path
+    status: Status
+    error: str | None = None
+    p50_ms: float | None = None
+    items_per_s: float | None = None
+    first_call_s: float | None = None
+    numerics: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ExperimentResult:
+    """The outcome of an experiment: its record's id and path, and one `RunResult` per variant."""
+
+    experiment_id: str
+    path: Path
+    runs: tuple[RunResult, ...]
+
+    @property
+    def failed(self) -> list[RunResult]:
+        """The runs that failed."""
+        return [run for run in self.runs if run.status == "failed"]
+
+
+@dataclass
+class _VariantRun:
+    """A variant's state while the experiment runs; `prepared` is dropped once benchmarked."""
+
+    variant: Variant
+    run_id: str
+    prepared: PreparedVariant | None = None
+    placed: tuple[torch.Tensor, ...] = ()
+    setup_ms: dict[str, float] = field(default_factory=dict)
+    first_call_s: float | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+    numerics: Numerics | None = None
+    stats: LatencyStats | None = None
+    profiled: ProfiledRun | None = None
+    profile_ms: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    error_traceback: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def fail(self, stage: str, exc: BaseException) -> None:
+        """Record `exc` as this variant's failure in `stage` (the first failure wins)."""
+        if self.error is not None:
+            return
+        detail = str(exc).removeprefix(f"variant {self.variant.name}: ")
+        if not isinstance(exc, WorkbenchError):
+            detail = f"{type(exc).__name__}: {detail}"
+        self.error = f"variant {self.variant.name} failed during {stage}: {detail}"
+        self.error_traceback = "".join(traceback.format_exception(exc))
+        self.prepared, self.placed = None, ()
+
+
+class _WorkloadFailed(Exception):
+    """Raised out of the benchmark when one variant's call raises, naming the variant."""
+
+    def __init__(self, run: _VariantRun, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.run = run
+        self.cause = cause
+
+
+@contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    """Run the block with `threads` intra-op threads (None: unchanged), restoring the count after."""
+    if threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def run_experiment(
+    settings: ExperimentSettings | None = None,
+    root: str | Path | None = None,
+    progress: Progress | None = None,
+) -> ExperimentResult:
+    """Run the experiment `settings` describes and write its bundles and record under `root` (the
+    traces root; see `workbench.paths.traces_root`).
+
+    Bad settings (an unknown variant or model, a bad batch) raise WorkbenchError before anything is
+    written. A variant that fails is recorded as a failed bundle and the others go on.
+    """
+    settings = settings or ExperimentSettings()
+    variants = [get_variant(name, settings.batch, settings.device) for name in settings.variants]
+    reference = get_variant(REFERENCE, settings.batch, settings.device)
+    with _torch_threads(settings.threads):
+        timings: dict[str, float] = {}
+        with phase("load", timings):
+            loaded = load_model(settings.model, **settings.model_overrides)
+            inputs = loaded.make_inputs(settings.batch, settings.seq)
+        experiment = _Experiment(settings, traces_root(root), progress or NullProgress(), loaded, inputs, timings)
+        return experiment.run(variants, reference)
+
+
+class _Experiment:
+    """The steps of `run_experiment` after the model is loaded, and the state they share."""
+
+    def __init__(self, settings: ExperimentSettings, root: Path, progress: Progress, loaded: LoadedModel,
+                 inputs: tuple[torch.Tensor, ...], timings: dict[str, float]) -> None:
+        self.settings = settings
+        self.root = root
+        self.progress = progress
+        self.loaded = loaded
+        self.inputs = inputs
+        self.timings = timings
+        self.created = utc_now()
+        self.seq = loaded.default_seq if settings.seq is None else settings.seq
+        self.experiment_id = new_run_id(loaded.name, "experiment")
+        self.environment = environment(settings.device)
+        self.reference_error: str | None = None
+
+    def run(self, variants: list[Variant], reference: Variant) -> ExperimentResult:
+        runs = [self._new_run(variant) for variant in variants]
+        with phase("prepare", self.timings):
+            self._prepare(runs, reference)
+        with phase("benchmark", self.timings):
+            self._benchmark([run for run in runs if run.ok])
+        self.progress.start("write", len(runs) + 1)
+        paths = {run.variant.name: self._capture(run) for run in runs}
+        with phase("write", self.timings):
+            result = self._record(runs, paths)
+        self.progress.advance("write")
+        self.progress.finish("write")
+        return result
+
+    def _new_run(self, variant: Variant) -> _VariantRun:
+        return _VariantRun(variant, new_run_id(self.loaded.name, variant.name))
+
+    def _prepare(self, runs: list[_VariantRun], reference: Variant) -> None:
+        """Prepare every variant (the reference first, listed or not) and compare each one's output
+        with the reference's; an unlisted reference is dropped once its output is known."""
+        listed = next((run for run in runs if run.variant.name == reference.name), None)
+        ref_run = listed or self._new_run(reference)
+        order = [ref_run, *(run for run in runs if run is not ref_run)]
+        self.progress.start("prepare", len(order))
+        expected: torch.Tensor | None = None
+        for run in order:
+            try:
+                run.prepared, run.placed = prepare_variant(
+                    run.variant, self.loaded, self.inputs, timings=run.setup_ms
+                )
+                run.notes = dict(run.prepared.notes)
+                run.first_call_s = run.notes.get("first_call_s")
+                output = run.prepared.run(run.placed)
+                if run is ref_run:
+                    expected = output
+                if expected is not None:
+                    run.numerics = compare(expected, output)
+            except Exception as exc:
+                run.fail("prepare", exc)
+            self.progress.advance("prepare")
+        if listed is None:
+            ref_run.prepared, ref_run.placed = None, ()  # only its output was needed
+        self.reference_error = ref_run.error
+        self.progress.finish("prepare")
+
+    def _benchmark(self, runs: list[_VariantRun]) -> None:
+        """Time the prepared variants together; one that raises is failed and the others rerun."""
+        s = self.settings
+        while runs:
+            self.progress.start("benchmark", s.warmup + s.iterations)
+            workloads = {run.variant.name: self._workload(run) for run in runs}
+            try:
+                stats = run_benchmark(workloads, warmup=s.warmup, iterations=s.iterations,
+                                      progress=lambda _phase, _done, _total: self.progress.advance("benchmark"))
+            except _WorkloadFailed as failure:
+                failure.run.fail("benchmark", failure.cause)
+                runs = [run for run in runs if run.ok]
+                continue
+            for run in runs:
+                run.stats = stats[run.variant.name]
+                run.prepared, run.placed = None, ()  # free the module before the profiled copy is made
+            self.progress.finish("benchmark")
+            return
+
+    def _workload(self, run: _VariantRun) -> Workload:
+        """`run`'s prepared variant as a benchmark contender whose failures name the variant."""
+        prepared, placed = run.prepared, run.placed
+        assert prepared is not None  # only prepared variants are benchmarked
+
+        def call() -> None:
+            try:
+                prepared.run(placed)
+            except Exception as exc:
+                raise _WorkloadFailed(run, exc) from exc
+
+        return Workload(
+            fn=call,
+            items=self.loaded.items(self.settings.batch, self.seq),
+            tokens=self.loaded.tokens(self.settings.batch, self.seq),
+            timer=WallClockTimer(sync=prepared.sync),
+            first_call_ms=None if run.first_call_s is None else run.first_call_s * 1e3,
+        )
+
+    def _capture(self, run: _VariantRun) -> Path:
+        """Profile `run` (when profiling, and it has not failed) and write its bundle.
+
+        The profiler writes into a hidden temporary folder of the root (so the raw trace is moved,
+        not copied, into the bundle), removed whatever happens.
+        """
+        if not (self.settings.profile and run.ok):
+            return self._write(run, None)
+        self.root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f".profile-{run.variant.name}-", dir=self.root) as tmp:
+            with phase(f"profile {run.variant.name}", self.timings):
+                trace = self._profile(run, Path(tmp))
+            return self._write(run, trace)
+
+    def _profile(self, run: _VariantRun, folder: Path) -> Trace | None:
+        """The trace of `run`'s profiled lifecycle, FLOPs attached; None (and `run` failed) if it raised."""
+        task = f"profile {run.variant.name}"
+        self.progress.start(task, progress_units(self.settings.profile_settings))
+        try:
+            run.profiled = profile_variant(run.variant, self.loaded, self.inputs, folder,
+                                           self.settings.profile_settings,
+                                           on_progress=lambda: self.progress.advance(task))
+            return attach_flops(read_trace(run.profiled.trace_path), run.profiled.op_flops)
+        except Exception as exc:
+            run.fail("profiling", exc)
+            return None
+        finally:
+            self.progress.finish(task)
+
+    def _write(self, run: _VariantRun, trace: Trace | None) -> Path:
+        """Write `run`'s bundle; the raw profiler output, if any, is moved into its raw/."""
+        raw = [run.profiled.trace_path] if run.profiled else []
+        with phase("write", self.timings):
+            path = write_bundle(self.root, run.run_id, self._info(run), trace, raw_files=raw, move_raw=True)
+        self.progress.advance("write")
+        return path
+
+    def _info(self, run: _VariantRun) -> dict[str, Any]:
+        """The run.json fields of one variant."""
+        s, loaded, profiled = self.settings, self.loaded, run.profiled
+        capture = None
+        if s.profile:
+            capture = {"profiler": "torch.profiler", "settings": s.profile_settings.to_dict(),
+                       "notes": profiled.notes if profiled else None}
+        return {
+            "status": "ok" if run.ok else "failed",
+            "error": run.error,
+            "traceback": run.error_traceback,
+            "experiment": self.experiment_id,
+            "model": _model_info(s.model, loaded),
+            "variant": run.variant.to_dict(),
+            "device": run.notes.get("device", run.variant.device),
+            "batch": s.batch,
+            "seq": self.seq,
+            "items_per_call": loaded.items(s.batch, self.seq),
+            "tokens_per_call": loaded.tokens(s.batch, self.seq),
+            "environment": self.environment,
+            "reference": REFERENCE,
+            "reference_error": self.reference_error,
+            "benchmark": run.stats.to_dict() if run.stats else None,
+            "first_call_s": run.first_call_s,
+            "numerics": run.numerics.to_dict() if run.numerics else None,
+            "notes": run.notes,
+            "phases_ms": {"setup": run.setup_ms, "profiled": profiled.phases_ms if profiled else None},
+            "capture": capture,
+            "op_flops": profiled.op_flops if profiled else None,
+        }
+
+    def _record(self, runs: list[_VariantRun], paths: Mapping[str, Path]) -> ExperimentResult:
+        """Write the experiment record and return the result."""
+        info = {
+            "created": self.created,
+            "model": self.loaded.name,
+            "model_ref": self.settings.model,
+            "reference": REFERENCE,
+            "reference_error": self.reference_error,
+            "runs": [run.run_id for run in runs],
+            "variants": [run.variant.name for run in runs],
+            "failed": [run.variant.name for run in runs if not run.ok],
+            "settings": self.settings.to_dict(),
+            "environment": self.environment,
+            "phases_ms": self.timings,
+        }
+        path = write_experiment(self.root, self.experiment_id, info)
+        return ExperimentResult(self.experiment_id, path,
+                                tuple(_result(run, paths[run.variant.name]) for run in runs))
+
+
+def _model_info(ref: str, loaded: LoadedModel) -> dict[str, Any]:
+    """The model fields of run.json."""
+    return {"ref": ref, "name": loaded.name, "config": loaded.config, "parameters": loaded.parameter_count,
+            "source": loaded.source}
+
+
+def _result(run: _VariantRun, path: Path) -> RunResult:
+    stats = run.stats
+    return RunResult(
+        variant=run.variant.name,
+        run_id=run.run_id,
+        path=path,
+        status="ok" if run.ok else "failed",
+        error=run.error,
+        p50_ms=stats.p50 if stats else None,
+        items_per_s=stats.items_per_s if stats else None,
+        first_call_s=run.first_call_s,
+        numerics=run.numerics.to_dict() if run.numerics else None,
+    )
+
