@@ -637,6 +637,8 @@ class _Generator:
         """Forward ops' (sequence number, flow id, autograd node, allocations), for the backward pass."""
         self.nodes: dict[int, tuple[Op, ...]] = {}
         self.live: list[tuple[int, int]] = []
+        self.cached: dict[int, list[int]] = {}
+        """Freed blocks by size, reused like the CUDA caching allocator does."""
         self.allocated = self.reserved = self.allocs = 0
         self.next_addr = self.base_addr = 0x7F3A_2000_0000
         self.open_marks: list[list[int]] = []
@@ -647,19 +649,21 @@ class _Generator:
 
     def _alloc(self, out: list[str], tid: int, t: int, nbytes: int) -> None:
         nbytes = max(512, -(-nbytes // 512) * 512)
-        addr = self.next_addr
-        self.next_addr += nbytes
-        if self.next_addr - self.base_addr > 60 << 30:
-            self.next_addr = self.base_addr
+        if self.cached.get(nbytes):
+            addr = self.cached[nbytes].pop()
+        else:
+            addr = self.next_addr
+            self.next_addr += nbytes
+            self.reserved = -(-(self.next_addr - self.base_addr) // (2 * _MIB)) * 2 * _MIB
         self.live.append((addr, nbytes))
         self.allocated += nbytes
-        self.reserved = max(self.reserved, -(-self.allocated // (2 * _MIB)) * 2 * _MIB)
         self.allocs += 1
         self._memory(out, tid, t, addr, nbytes)
 
     def _free(self, out: list[str], tid: int, t: int, count: int) -> int:
         for _ in range(min(count, len(self.live))):
             addr, nbytes = self.live.pop()
+            self.cached.setdefault(nbytes, []).append(addr)
             self.allocated -= nbytes
             self._memory(out, tid, t, addr, -nbytes)
             t += 400

@@ -20,8 +20,7 @@ from workbench.capture import (
 )
 from workbench.errors import WorkbenchError
 from workbench.models import load_model
-from workbench.trace import read_trace
-from workbench.trace import schema
+from workbench.trace import read_trace, schema
 from workbench.trace.model import Trace
 
 TINY_GPT = {"vocab": 64, "layers": 1, "d_model": 32, "heads": 4, "max_seq": 16}
@@ -75,7 +74,7 @@ def test_profiled_lifecycle_records_every_phase_memory_and_flops(gpt, tmp_path):
     assert ticks == progress_units(ProfileSettings())
     assert trace.memory.num_rows > 0
     assert run.op_flops["aten::addmm"] > 0  # FLOPs come from key_averages, not from the JSON
-    assert math.isnan(trace.df().query("name == 'aten::addmm'")["flops"]).all()
+    assert trace.df().query("name == 'aten::addmm'")["flops"].isna().all()
     with_flops = attach_flops(trace, run.op_flops).df()
     assert with_flops.query("name == 'aten::addmm'")["flops"].sum() == pytest.approx(run.op_flops["aten::addmm"])
 

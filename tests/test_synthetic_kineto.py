@@ -207,7 +207,8 @@ def test_memory_events_add_up(trace: tuple[Path, dict, dict]) -> None:
         assert args["Total Allocated"] == allocated >= 0
         assert args["Total Reserved"] >= max(reserved, allocated)
         reserved = args["Total Reserved"]
-        if args["Bytes"] > 0:
+        if args["Bytes"] > 0:  # a live block's address is not handed out again until it is freed
+            assert args["Addr"] not in live
             live[args["Addr"]] = args["Bytes"]
         else:
             assert live.pop(args["Addr"]) == -args["Bytes"]
