@@ -137,3 +137,61 @@ def test_import_real_fixture_counts(runner, tmp_path):
     summary = json.loads(_invoke(runner, "show", run_id, "--out", root, "--json").stdout)
     assert summary["events"]["kernel"] == 9876
     assert summary["events"]["op"] == 31236
+
+
+TINY = ["--model", "tiny-gpt", "--set", "d_model=32", "--set", "layers=1", "--set", "heads=2",
+        "--batch", "2", "--seq", "8", "--iterations", "3", "--warmup", "1"]
+
+
+def test_capture_json_then_show(runner, tmp_path):
+    root = tmp_path / "traces"
+    result = runner.invoke(main, ["capture", *TINY, "--variants", "eager,bf16", "--out", str(root), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert [r["variant"] for r in report["runs"]] == ["eager", "bf16"]
+    assert all(r["status"] == "ok" for r in report["runs"])
+    summary = json.loads(_invoke(runner, "show", report["runs"][1]["run_id"], "--out", root, "--json").stdout)
+    assert summary["variant"] == "bf16"
+    assert summary["latency_ms"]["p50"] > 0
+    assert 0 < summary["numerics"]["top1_agreement"] <= 1
+    assert summary["events"]["op"] > 0
+    assert summary["memory_peak_bytes"]["cpu"] > 0
+    assert (root / "experiments" / f"{report['experiment']}.json").exists()
+
+
+def test_capture_unknown_variant_is_bad_input(runner, tmp_path):
+    result = runner.invoke(main, ["capture", *TINY, "--variants", "eager,warp-speed", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "warp-speed" in result.stderr
+    assert "eager" in result.stderr  # lists the valid names
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_capture_bad_override(runner, tmp_path):
+    result = runner.invoke(main, ["capture", *TINY, "--set", "layers", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "KEY=VALUE" in result.stderr
+
+
+def test_capture_with_failing_model_exits_1_and_names_variant(runner, tmp_path, monkeypatch):
+    module = tmp_path / "boom_model.py"
+    module.write_text(
+        "import torch\n"
+        "class Boom(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        if x.dtype == torch.bfloat16 or torch.is_autocast_enabled('cpu'):\n"
+        "            raise RuntimeError('kaboom in bf16')\n"
+        "        return x * 2\n"
+        "def build():\n"
+        "    return Boom(), (torch.ones(2, 4),)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    root = tmp_path / "traces"
+    result = runner.invoke(main, ["capture", "--model", "boom_model:build", "--variants", "eager,bf16",
+                                  "--batch", "2", "--iterations", "2", "--warmup", "0", "--out", str(root)])
+    assert result.exit_code == 1, result.output
+    assert "bf16" in result.stderr and "kaboom" in result.stderr
+    runs = {row["variant"]: row for row in json.loads(_invoke(runner, "ls", "--out", root, "--json").stdout)}
+    assert runs["eager"]["status"] == "ok"
+    assert runs["bf16"]["status"] == "failed"
+    assert not [p for p in root.iterdir() if p.name.startswith(".")]

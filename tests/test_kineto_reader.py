@@ -200,7 +200,7 @@ def test_truncated_gzip(tmp_path, small):
     data = gzip.compress(small.read_bytes())
     path = tmp_path / "cut.json.gz"
     path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(TraceFormatError, match="truncated|corrupt"):
+    with pytest.raises(TraceFormatError, match=r"truncated|corrupt"):
         read_trace(path)
 
 

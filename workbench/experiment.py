@@ -25,12 +25,12 @@ from workbench.backends import (
     Numerics,
     PreparedVariant,
     Variant,
+    WallClockTimer,
     Workload,
     compare,
     get_variant,
     run_benchmark,
 )
-from workbench.backends.benchmark import WallClockTimer
 from workbench.capture import (
     ProfiledRun,
     ProfileSettings,
@@ -125,7 +125,11 @@ class ExperimentSettings:
 
 @dataclass(frozen=True)
 class RunResult:
-    """The outcome of one variant: its bundle, status, and the headline numbers when it ran."""
+    """The outcome of one variant: its bundle, status, and the headline numbers when it ran.
+
+    `speedup` is the reference's median latency over this variant's, when the reference was listed
+    and benchmarked; `numerics` is `Numerics.to_dict()` (against the reference).
+    """
 
     variant: str
     run_id: str
@@ -133,9 +137,17 @@ class RunResult:
     status: Status
     error: str | None = None
     p50_ms: float | None = None
+    p99_ms: float | None = None
     items_per_s: float | None = None
+    speedup: float | None = None
     first_call_s: float | None = None
     numerics: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields, with the numerics' SQNR and top-1 agreement also at the top level."""
+        numerics = self.numerics or {}
+        return {**asdict(self), "path": str(self.path), "sqnr_db": numerics.get("sqnr_db"),
+                "top1_agreement": numerics.get("top1_agreement")}
 
 
 @dataclass(frozen=True)
@@ -166,18 +178,16 @@ class _VariantRun:
     numerics: Numerics | None = None
     stats: LatencyStats | None = None
     profiled: ProfiledRun | None = None
-    profile_ms: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     error_traceback: str | None = None
 
     @property
     def ok(self) -> bool:
+        """Whether the variant has not failed (so far)."""
         return self.error is None
 
     def fail(self, stage: str, exc: BaseException) -> None:
-        """Record `exc` as this variant's failure in `stage` (the first failure wins)."""
-        if self.error is not None:
-            return
+        """Record `exc` as this variant's failure in `stage` and drop its prepared module."""
         detail = str(exc).removeprefix(f"variant {self.variant.name}: ")
         if not isinstance(exc, WorkbenchError):
             detail = f"{type(exc).__name__}: {detail}"
@@ -416,8 +426,9 @@ class _Experiment:
             "phases_ms": self.timings,
         }
         path = write_experiment(self.root, self.experiment_id, info)
+        reference_p50 = next((run.stats.p50 for run in runs if run.variant.name == REFERENCE and run.stats), None)
         return ExperimentResult(self.experiment_id, path,
-                                tuple(_result(run, paths[run.variant.name]) for run in runs))
+                                tuple(_result(run, paths[run.variant.name], reference_p50) for run in runs))
 
 
 def _model_info(ref: str, loaded: LoadedModel) -> dict[str, Any]:
@@ -426,7 +437,7 @@ def _model_info(ref: str, loaded: LoadedModel) -> dict[str, Any]:
             "source": loaded.source}
 
 
-def _result(run: _VariantRun, path: Path) -> RunResult:
+def _result(run: _VariantRun, path: Path, reference_p50: float | None) -> RunResult:
     stats = run.stats
     return RunResult(
         variant=run.variant.name,
@@ -435,8 +446,9 @@ def _result(run: _VariantRun, path: Path) -> RunResult:
         status="ok" if run.ok else "failed",
         error=run.error,
         p50_ms=stats.p50 if stats else None,
+        p99_ms=stats.p99 if stats else None,
         items_per_s=stats.items_per_s if stats else None,
+        speedup=reference_p50 / stats.p50 if stats and reference_p50 and stats.p50 > 0 else None,
         first_call_s=run.first_call_s,
         numerics=run.numerics.to_dict() if run.numerics else None,
     )
-

@@ -52,7 +52,7 @@ def run_summary(bundle: Bundle, top: int = 10) -> dict[str, Any]:
 
 
 def display_name(value: Any) -> Any:
-    """The name of a model or variant: run.json stores model and variant as dicts for captures and as names for imports."""
+    """The name of a model or variant (run.json holds dicts for captures, plain names or None for imports)."""
     return value.get("name") if isinstance(value, dict) else value
 
 

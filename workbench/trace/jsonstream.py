@@ -55,17 +55,26 @@ class TraceEventStream:
         self.array_form = False
 
     def _read(self) -> bytes:
+        buf = bytearray()
+        self._append(buf)
+        return bytes(buf)
+
+    def _append(self, buf: bytearray) -> None:
+        """Read the next block onto the end of `buf`, straight into it (no intermediate copy)."""
         if self._eof:
-            return b""
+            return
+        start = len(buf)
+        buf += bytes(self._block)
         try:
-            data = self._stream.read(self._block)
+            with memoryview(buf) as view, view[start:] as target:
+                n = self._stream.readinto(target)
         except EOFError as exc:  # gzip stream cut short
             raise TraceFormatError(self._path, f"truncated compressed file ({exc})") from exc
         except OSError as exc:
             raise TraceFormatError(self._path, f"cannot read: {exc}") from exc
-        if not data:
+        del buf[start + n:]
+        if not n:
             self._eof = True
-        return data
 
     def _error(self, problem: str, offset: int | None = None) -> TraceFormatError:
         where = f" (near byte {offset:,})" if offset is not None else ""
@@ -126,7 +135,7 @@ class TraceEventStream:
         buf = bytearray(self._open_array())
         head = 1  # start of the next undecoded event in buf, after the array's `[`
         while True:
-            buf += self._read()
+            self._append(buf)
             if self._eof:
                 head = yield from self._cut(buf, head)
                 yield from self._finish(bytes(buf[head:]))

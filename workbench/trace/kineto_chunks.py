@@ -13,7 +13,7 @@ import enum
 import itertools
 import operator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 import numpy as np
@@ -54,17 +54,16 @@ class Phase(enum.Enum):
 
 
 _PHASES = list(Phase)
-_PHASE_CODE = {id(p): i for i, p in enumerate(_PHASES)}  # by id: Enum.__hash__ is slow Python
 PHASE_VALUES = [p.value for p in _PHASES]
 
 
-class _Event(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    """One Trace Event Format record with the fields Kineto writes (`s`, an instant's scope, is dropped).
+class _Record(msgspec.Struct, tag_field="ph", forbid_unknown_fields=True, gc=False):
+    """A Trace Event Format record with the fields Kineto writes (`s`, an instant's scope, and `bp`,
+    a flow's binding point, are read and dropped). Its phase (`ph`) is its class, one per value.
 
     Other fields of the format (tts, cname, sf, ...) are rare: the slow path keeps them in args.
     """
 
-    ph: Phase = Phase.UNKNOWN
     name: str = ""
     cat: str | None = None
     pid: int | str = 0
@@ -77,8 +76,26 @@ class _Event(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     args: msgspec.Raw = _EMPTY
 
 
-_TOP = ("ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "args")
-_KNOWN_KEYS = frozenset((*_TOP, "bp", "s"))
+class _Flow(msgspec.Struct, tag_field="ph", gc=False):
+    """A flow record (`s`, `t`, `f`): nothing of it is kept, so nothing of it is decoded."""
+
+
+FLOWS = (Phase.FLOW_START, Phase.FLOW_STEP, Phase.FLOW_END)
+_CLASSES = {p: msgspec.defstruct(f"_Flow_{p.name}" if p in FLOWS else f"_Record_{p.name}", [],
+                                 bases=(_Flow if p in FLOWS else _Record,), tag=p.value)
+            for p in _PHASES if p is not Phase.UNKNOWN}
+_CLASSES[Phase.UNKNOWN] = _Record  # records without a known phase, built by the slow path only
+_PHASE_OF_CLASS = {id(cls): i for i, cls in enumerate(_CLASSES[p] for p in _PHASES)}
+_ROW_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur", "args")
+_KNOWN_KEYS = frozenset((*_ROW_FIELDS, "ph", "id", "bp", "s"))
+
+
+def _codes(phases: tuple[Phase, ...]) -> list[int]:
+    return [_PHASES.index(p) for p in phases]
+
+
+_FLOW_CODES = _codes(FLOWS)
+_ASYNC_CODES = _codes((Phase.ASYNC_BEGIN, Phase.ASYNC_END))
 
 
 class _EventArgs(msgspec.Struct, gc=False):
@@ -111,8 +128,9 @@ EVENT_FLOATS = ("flops", "bytes")
 MEMORY_FIELDS = ("addr", "bytes", "allocated", "reserved", "device_type", "device_id")
 
 _decoders: dict[Any, msgspec.json.Decoder] = {
-    t: msgspec.json.Decoder(list[t]) for t in (_Event, _EventArgs, _MemoryArgs, Any)
+    t: msgspec.json.Decoder(list[t]) for t in (_EventArgs, _MemoryArgs, Any)
 }
+_records_decoder = msgspec.json.Decoder(list[Union[tuple(_CLASSES[p] for p in _PHASES[1:])]])  # noqa: UP007
 
 
 class EventSchemaError(Exception):
@@ -161,39 +179,54 @@ class Chunk:
 def decode_chunk(text: bytes) -> Chunk:
     """Decode a JSON array of trace events; `ChunkDecodeError` if it is not valid JSON."""
     try:
-        events = _decoders[_Event].decode(text)
+        records = _records_decoder.decode(text)
     except msgspec.ValidationError:
-        events = _events_loose(text)
+        records = _records_loose(text)
     except msgspec.DecodeError as exc:
         raise ChunkDecodeError(str(exc)) from exc
-    return _split(events)
+    return _split(records)
 
 
-def _split(events: list[_Event]) -> Chunk:
-    n = len(events)
-    cols = dict(zip(_TOP, zip(*map(operator.attrgetter(*_TOP), events), strict=True), strict=True)) \
-        if n else dict.fromkeys(_TOP, ())
-    del events
-    ph = Strings(np.fromiter(map(_PHASE_CODE.__getitem__, map(id, cols["ph"])), dtype=np.int32, count=n),
-                 PHASE_VALUES)
+def _gather(items: list[Any], rows: np.ndarray) -> list[Any] | tuple[Any, ...]:
+    """items[rows] for a list, in C."""
+    if len(rows) == len(items):
+        return items
+    if len(rows) == 0:
+        return []
+    return operator.itemgetter(*rows.tolist())(items) if len(rows) > 1 else [items[int(rows[0])]]
+
+
+def _split(records: list[Any]) -> Chunk:
+    n = len(records)
+    classes = map(id, map(type, records))
+    phase = np.fromiter(map(_PHASE_OF_CLASS.__getitem__, classes), dtype=np.int32, count=n)
+    is_flow = np.isin(phase, _FLOW_CODES)
+    flows = int(is_flow.sum())
+    if flows:
+        kept = np.flatnonzero(~is_flow)
+        records, phase = _gather(records, kept), phase[kept]
+    fields = (*_ROW_FIELDS, "id") if np.isin(phase, _ASYNC_CODES).any() else _ROW_FIELDS
+    cols = dict(zip(fields, zip(*map(operator.attrgetter(*fields), records), strict=True), strict=True)) \
+        if len(records) else dict.fromkeys(fields, ())
+    del records
+    ph = Strings(phase, PHASE_VALUES)
     name = Strings.encode(cols["name"])
     args: tuple[msgspec.Raw, ...] = cols["args"]
     instant = np.isin(ph.codes, [ph.code("i"), ph.code("I")])
     is_memory = instant & (name.codes == name.code("[memory]"))
-    is_flow = np.isin(ph.codes, [ph.code("s"), ph.code("t"), ph.code("f")])
     is_counter = ph.codes == ph.code("C")
     is_meta = ph.codes == ph.code("M")
-    keep = ~(is_memory | is_flow | is_counter | is_meta)
+    keep = ~(is_memory | is_counter | is_meta)
     rows = np.flatnonzero(keep)
     pid = _ints(cols["pid"])
     tid = _ints(cols["tid"])
-    ts = np.fromiter(cols["ts"], dtype=np.float64, count=n)
+    ts = np.fromiter(cols["ts"], dtype=np.float64, count=len(ph.codes))
     chunk = Chunk(
         records=n,
         rows=len(rows),
         events=_event_columns(cols, rows, ph, name, pid, tid, ts, keep),
         memory=_memory_columns(args, np.flatnonzero(is_memory), pid, tid, ts),
-        flows=int(is_flow.sum()),
+        flows=flows,
     )
     for i in np.flatnonzero(is_counter).tolist():
         chunk.counters.append((float(ts[i]), cols["name"][i], _json_object(args[i])))
@@ -226,7 +259,7 @@ def _event_columns(cols: dict[str, tuple], rows: np.ndarray, ph: Strings, name: 
         "dur": np.fromiter(cols["dur"] if everything else itertools.compress(cols["dur"], keep),
                            dtype=np.float64, count=n),
         "id": _ints(cols["id"] if everything else tuple(itertools.compress(cols["id"], keep)))
-        if ph.code("e") >= 0 or ph.code("E") >= 0 else None,
+        if "id" in cols else None,
         "args": raw,
     }
     fields = (*EVENT_INTS, "external_id_v1", *EVENT_FLOATS, "input_dims", "input_type")
@@ -263,12 +296,12 @@ def _memory_columns(args: tuple[msgspec.Raw, ...], rows: np.ndarray, pid: np.nda
     return out
 
 
-def _events_loose(text: bytes) -> list[_Event]:
-    """Slow path for events with fields or types the typed struct does not declare.
+def _records_loose(text: bytes) -> list[Any]:
+    """Slow path for records with fields, types or phases the typed structs do not declare.
 
-    Unknown top-level fields and values of unexpected types are kept in the event's args.
+    Unknown top-level fields, values of unexpected types and unknown phases are kept in args.
     """
-    events = []
+    records = []
     for i, item in enumerate(_decoders[Any].decode(text)):
         if not isinstance(item, dict):
             raise EventSchemaError(f"traceEvents[{i}] is {type(item).__name__}, not an object")
@@ -276,15 +309,16 @@ def _events_loose(text: bytes) -> list[_Event]:
         kept = {k: v for k, v in item.items() if k not in _KNOWN_KEYS}
         if args is not None and not isinstance(args, dict):
             kept["args"], args = args, None
-        fields: dict[str, Any] = {}
         phase = item.get("ph", "")
-        if phase in PHASE_VALUES:
-            fields["ph"] = Phase(phase)
-        else:
-            kept["ph"] = phase
-        for key, types in (("name", str), ("cat", str), ("pid", (int, str)),
-                           ("tid", (int, str)), ("id", (int, str)), ("ts", (int, float)),
-                           ("dur", (int, float))):
+        if phase not in PHASE_VALUES:
+            kept["ph"], phase = phase, ""
+        cls = _CLASSES[Phase(phase)]
+        if issubclass(cls, _Flow):
+            records.append(cls())
+            continue
+        fields: dict[str, Any] = {}
+        for key, types in (("name", str), ("cat", str), ("pid", (int, str)), ("tid", (int, str)),
+                           ("id", (int, str)), ("ts", (int, float)), ("dur", (int, float))):
             value = item.get(key)
             if value is None:
                 continue
@@ -296,8 +330,8 @@ def _events_loose(text: bytes) -> list[_Event]:
                 kept[key] = value
         merged = {**(args or {}), **kept}
         raw = msgspec.json.encode(merged) if merged or args is not None else b""
-        events.append(_Event(**fields, args=msgspec.Raw(raw)))
-    return events
+        records.append(cls(**fields, args=msgspec.Raw(raw)))
+    return records
 
 
 def _decode_args(kind: type, args: tuple[msgspec.Raw, ...], present: np.ndarray) -> list[Any]:
