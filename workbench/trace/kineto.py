@@ -34,6 +34,7 @@ import pyarrow as pa
 from workbench.errors import TraceFormatError
 from workbench.trace import schema
 from workbench.trace.jsonstream import TraceEventStream
+from workbench.trace.kineto_categories import DEVICE_CATEGORIES, DEVICE_TYPES, KIND_BY_CATEGORY
 from workbench.trace.kineto_chunks import (
     EVENT_FLOATS,
     EVENT_INTS,
@@ -45,33 +46,6 @@ from workbench.trace.kineto_chunks import (
 )
 from workbench.trace.model import Trace
 from workbench.trace.nesting import innermost_enclosing, nest_spans
-
-KIND_BY_CATEGORY: dict[str, str] = {
-    # Kineto 2021 (PyTorch 1.8-1.10)
-    "Operator": "op", "Runtime": "runtime", "Kernel": "kernel", "Memcpy": "memcpy", "Memset": "memset",
-    "Trace": "annotation", "Python": "python", "Overhead": "other",
-    # current Kineto
-    "cpu_op": "op", "user_annotation": "annotation", "gpu_user_annotation": "annotation",
-    "kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
-    "cuda_runtime": "runtime", "cuda_driver": "runtime", "cuda_sync": "runtime",
-    "cuda_profiler_range": "annotation", "cpu_instant_event": "annotation",
-    "python_function": "python", "overhead": "other", "fwdbwd": "other",
-    # other vendors' activities
-    "hip_runtime": "runtime", "hip_driver": "runtime",
-    "mtia_runtime": "runtime", "mtia_ccp_events": "kernel", "mtia_insight": "other",
-    "xpu_runtime": "runtime", "xpu_driver": "runtime",
-    "privateuse1_runtime": "runtime", "privateuse1_driver": "runtime",
-    "hpu_op": "op", "glow_runtime": "runtime", "collective_comm": "op",
-}
-"""Trace categories and the event kind each maps to; others become `other` (category in args)."""
-
-DEVICE_CATEGORIES = frozenset({"Kernel", "Memcpy", "Memset", "kernel", "gpu_memcpy", "gpu_memset",
-                               "gpu_user_annotation", "cuda_sync", "mtia_ccp_events"})
-"""Categories recorded on a device lane (pid = device, tid = stream)."""
-
-DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "rocm", 8: "maia", 9: "xla", 12: "xpu", 13: "mps", 15: "hpu",
-                19: "mtia", 20: "privateuseone"}
-"""c10::DeviceType codes as written in `[memory]` events' `Device Type`."""
 
 KIND_CODES = {k: i for i, k in enumerate(schema.KINDS)}
 

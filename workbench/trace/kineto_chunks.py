@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import itertools
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -20,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from workbench.trace.jsonstream import ChunkDecodeError
+from workbench.trace.kineto_categories import DEVICE_CATEGORIES, KIND_BY_CATEGORY
 
 _EMPTY = msgspec.Raw(b"")
 MISSING = -(2**63)
@@ -98,18 +100,42 @@ _FLOW_CODES = _codes(FLOWS)
 _ASYNC_CODES = _codes((Phase.ASYNC_BEGIN, Phase.ASYNC_END))
 
 
-class _EventArgs(msgspec.Struct, gc=False):
-    """The args fields of spans and instants that become columns; the rest stay in the raw args."""
+class _HostArgs(msgspec.Struct, gc=False):
+    """The args fields of host ops and annotations that become columns (the rest stay in raw args)."""
 
     external_id: int = msgspec.field(default=MISSING, name="External id")
-    external_id_v1: int = msgspec.field(default=MISSING, name="external id")
+    flops: float = float("nan")
+    input_dims: msgspec.Raw = msgspec.field(default=_EMPTY, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=_EMPTY, name="Input type")
+
+
+class _RuntimeArgs(msgspec.Struct, gc=False):
+    """The args fields of runtime calls (cudaLaunchKernel, ...) that become columns."""
+
+    external_id: int = msgspec.field(default=MISSING, name="External id")
+    correlation: int = MISSING
+
+
+class _DeviceArgs(msgspec.Struct, gc=False):
+    """The args fields of device work (kernels, memcpy, memset) that become columns."""
+
+    external_id: int = msgspec.field(default=MISSING, name="External id")
+    external_id_v1: int = msgspec.field(default=MISSING, name="external id")  # Kineto 2021
     correlation: int = MISSING
     device: int = MISSING
     stream: int = MISSING
-    flops: float = float("nan")
     bytes: float = float("nan")
-    input_dims: msgspec.Raw = msgspec.field(default=_EMPTY, name="Input Dims")
-    input_type: msgspec.Raw = msgspec.field(default=_EMPTY, name="Input type")
+
+
+_ARG_GROUPS = (_HostArgs, _RuntimeArgs, _DeviceArgs)
+_RAW_ARG_FIELDS = ("input_dims", "input_type")
+
+
+def _arg_group(category: str | None) -> int:
+    """Which args struct a category's records decode into (index into `_ARG_GROUPS`)."""
+    if category in DEVICE_CATEGORIES:
+        return 2
+    return 1 if KIND_BY_CATEGORY.get(category or "") == "runtime" else 0
 
 
 class _MemoryArgs(msgspec.Struct, gc=False):
@@ -124,11 +150,12 @@ class _MemoryArgs(msgspec.Struct, gc=False):
 
 
 EVENT_INTS = ("external_id", "correlation", "device", "stream")
+"""Integer columns the assembler reads from each chunk (MISSING where absent)."""
 EVENT_FLOATS = ("flops", "bytes")
 MEMORY_FIELDS = ("addr", "bytes", "allocated", "reserved", "device_type", "device_id")
 
 _decoders: dict[Any, msgspec.json.Decoder] = {
-    t: msgspec.json.Decoder(list[t]) for t in (_EventArgs, _MemoryArgs, Any)
+    t: msgspec.json.Decoder(list[t]) for t in (*_ARG_GROUPS, _MemoryArgs, Any)
 }
 _records_decoder = msgspec.json.Decoder(list[Union[tuple(_CLASSES[p] for p in _PHASES[1:])]])  # noqa: UP007
 
@@ -162,8 +189,8 @@ class Strings:
 class Chunk:
     """Columns of one decoded chunk, split by what its records become.
 
-    `events`: one entry per span/instant row (numpy or Arrow, see `decode_chunk`);
-    `rows`: how many event rows; `memory`: a structured array of `[memory]` instants; `counters` and `meta`: the few counter
+    `events`: columns of the span/instant rows (numpy or Arrow, see `_event_columns`); `rows`: how
+    many; `memory`: a structured array of `[memory]` instants; `counters` and `meta`: the few counter
     (`C`) and metadata (`M`) records as tuples; `records`: how many records the chunk held.
     """
 
@@ -242,17 +269,15 @@ def _event_columns(cols: dict[str, tuple], rows: np.ndarray, ph: Strings, name: 
     Columns that no row of the chunk uses are None (`id` without async begin/end pairs, `flops` and
     `bytes` where all are NaN), to keep a million-event trace small while it is assembled.
     """
-    n_all = len(ts)
-    everything = len(rows) == n_all
+    everything = len(rows) == len(ts)
     args = cols["args"] if everything else tuple(itertools.compress(cols["args"], keep))
     raw, present = raw_strings(args)
-    typed = _decode_args(_EventArgs, args, present)
-    where = np.flatnonzero(present)
     n = len(rows)
+    cat = Strings.encode(cols["cat"] if everything else itertools.compress(cols["cat"], keep))
     out: dict[str, Any] = {
         "ph": ph.take(rows),
         "name": name.take(rows),
-        "cat": Strings.encode(cols["cat"] if everything else itertools.compress(cols["cat"], keep)),
+        "cat": cat,
         "pid": pid[rows],
         "tid": tid[rows],
         "ts": ts[rows],
@@ -261,20 +286,44 @@ def _event_columns(cols: dict[str, tuple], rows: np.ndarray, ph: Strings, name: 
         "id": _ints(cols["id"] if everything else tuple(itertools.compress(cols["id"], keep)))
         if "id" in cols else None,
         "args": raw,
+        **{key: np.full(n, MISSING, dtype=np.int64) for key in EVENT_INTS},
+        **dict.fromkeys(EVENT_FLOATS),
+        "shapes": None,
+        "dtypes": None,
     }
-    fields = (*EVENT_INTS, "external_id_v1", *EVENT_FLOATS, "input_dims", "input_type")
-    values = dict(zip(fields, zip(*map(operator.attrgetter(*fields), typed), strict=True), strict=True)) \
-        if typed else dict.fromkeys(fields, ())
-    for key in EVENT_INTS:
-        out[key] = _spread(values[key], where, n, np.int64, MISSING)
-    v1 = _spread(values["external_id_v1"], where, n, np.int64, MISSING)  # 2021 kernels' "external id"
-    np.copyto(out["external_id"], v1, where=out["external_id"] == MISSING)
-    for key in EVENT_FLOATS:
-        column = _spread(values[key], where, n, np.float64, np.nan)
-        out[key] = None if np.isnan(column).all() else column
-    out["shapes"] = _spread_raw(values["input_dims"], where, n)
-    out["dtypes"] = _spread_raw(values["input_type"], where, n)
+    group = np.array([_arg_group(c) for c in cat.values] + [0], dtype=np.int8)[cat.codes]
+    for code, kind in enumerate(_ARG_GROUPS):
+        where = np.flatnonzero((group == code) & present)
+        if len(where):
+            _typed_columns(kind, _gather(args, where), where, out)
+    ext_v1 = out.pop("external_id_v1", None)  # Kineto 2021 kernels spell it "external id"
+    if ext_v1 is not None:
+        np.copyto(out["external_id"], ext_v1, where=out["external_id"] == MISSING)
+    for key in ("shapes", "dtypes"):
+        if out[key] is None:
+            out[key] = pa.nulls(n, pa.string())
     return out
+
+
+def _typed_columns(kind: type, args: Sequence[msgspec.Raw], where: np.ndarray, out: dict[str, Any]) -> None:
+    """Decode `args` (the raw args of rows `where`) as `kind` and write its fields into `out`."""
+    typed = _decode_args(kind, args)
+    fields = tuple(f.name for f in msgspec.structs.fields(kind))
+    values = dict(zip(fields, zip(*map(operator.attrgetter(*fields), typed), strict=True), strict=True))
+    n = len(out["ts"])
+    for key, column in values.items():
+        if key in _RAW_ARG_FIELDS:
+            out["shapes" if key == "input_dims" else "dtypes"] = _spread_raw(column, where, n)
+            continue
+        float_column = key in EVENT_FLOATS
+        target = out.get(key)
+        if target is None:
+            target = out[key] = np.full(n, np.nan if float_column else MISSING,
+                                        dtype=np.float64 if float_column else np.int64)
+        target[where] = np.fromiter(column, dtype=target.dtype, count=len(where))
+    for key in EVENT_FLOATS:
+        if out[key] is not None and np.isnan(out[key]).all():
+            out[key] = None
 
 
 def _memory_columns(args: tuple[msgspec.Raw, ...], rows: np.ndarray, pid: np.ndarray, tid: np.ndarray,
@@ -285,10 +334,9 @@ def _memory_columns(args: tuple[msgspec.Raw, ...], rows: np.ndarray, pid: np.nda
     out["ts"], out["pid"], out["tid"] = ts[rows], pid[rows], tid[rows]
     if not len(rows):
         return out
-    mem_args = operator.itemgetter(*rows.tolist())(args) if len(rows) > 1 else (args[rows[0]],)
-    present = np.fromiter(map(len, mem_args), dtype=np.int64, count=len(rows)) > 0
-    typed = _decode_args(_MemoryArgs, mem_args, present)
-    where = np.flatnonzero(present)
+    mem_args = _gather(args, rows)
+    where = np.flatnonzero(np.fromiter(map(len, mem_args), dtype=np.int64, count=len(rows)) > 0)
+    typed = _decode_args(_MemoryArgs, _gather(mem_args, where)) if len(where) else []
     getter = operator.attrgetter(*MEMORY_FIELDS)
     values = list(zip(*map(getter, typed), strict=True)) if typed else [() for _ in MEMORY_FIELDS]
     for key, column in zip(MEMORY_FIELDS, values, strict=True):
@@ -334,11 +382,9 @@ def _records_loose(text: bytes) -> list[Any]:
     return records
 
 
-def _decode_args(kind: type, args: tuple[msgspec.Raw, ...], present: np.ndarray) -> list[Any]:
-    """Decode the present raw args into `kind` structs (fields of unexpected type are left out)."""
-    if not present.any():
-        return []
-    text = b"[" + b",".join(itertools.compress(args, present)) + b"]"
+def _decode_args(kind: type, args: Sequence[msgspec.Raw]) -> list[Any]:
+    """Decode raw args objects into `kind` structs (fields of unexpected type are left out)."""
+    text = b"[" + b",".join(args) + b"]"
     try:
         return _decoders[kind].decode(text)
     except msgspec.ValidationError:
