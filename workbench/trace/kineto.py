@@ -347,9 +347,10 @@ class _Assembler:
         """Row of the innermost op running on the allocating thread at each memory event."""
         code_of = {label: i for i, label in enumerate(track_labels)}
         multi = any(label.startswith("cpu/pid") for label in track_labels)
-        q_track = np.array([code_of.get(f"cpu/pid {p}/thread {t}" if multi else f"cpu/thread {t}", -1)
-                            for p, t in zip(src["pid"].tolist(), src["tid"].tolist(), strict=True)],
-                           dtype=np.int64)
+        threads, which = np.unique(np.stack([src["pid"], src["tid"]], axis=1), axis=0, return_inverse=True)
+        thread_code = np.array([code_of.get(f"cpu/pid {p}/thread {t}" if multi else f"cpu/thread {t}", -1)
+                                for p, t in threads.tolist()], dtype=np.int64)
+        q_track = thread_code[which.reshape(-1)]
         track = events["track"].combine_chunks().indices.to_numpy().astype(np.int64)
         kind = events["kind"].combine_chunks().indices.to_numpy()
         return innermost_enclosing(q_track, ts_ns, track, events["start_ns"].to_numpy(),
