@@ -310,15 +310,14 @@ class _Assembler:
         """The memory table from `[memory]` instants, each tied to the op running on its thread."""
         if not len(src):
             return schema.MEMORY.empty_table()
-        unique, codes = np.unique(np.stack([src["device_type"], src["device_id"]], axis=1), axis=0,
-                                  return_inverse=True)
+        codes, unique = _factorize_pairs(src["device_type"], src["device_id"])
         labels = []
-        for dtype, index in unique.tolist():
+        for dtype, index in unique:
             base = DEVICE_TYPES.get(dtype, "cpu" if dtype == MISSING else f"device{dtype}")
             if base == "cuda":
                 base = self.vendor
             labels.append(base if base == "cpu" or index < 0 else f"{base}:{index}")
-        device = codes.reshape(-1).astype(np.int32)
+        device = codes
         ts_ns = np.rint((src["ts"] - origin_us) * 1000.0).astype(np.int64)
         delta = np.where(src["bytes"] == MISSING, 0, src["bytes"])
         allocated = src["allocated"].copy()
@@ -347,10 +346,10 @@ class _Assembler:
         """Row of the innermost op running on the allocating thread at each memory event."""
         code_of = {label: i for i, label in enumerate(track_labels)}
         multi = any(label.startswith("cpu/pid") for label in track_labels)
-        threads, which = np.unique(np.stack([src["pid"], src["tid"]], axis=1), axis=0, return_inverse=True)
+        which, threads = _factorize_pairs(src["pid"], src["tid"])
         thread_code = np.array([code_of.get(f"cpu/pid {p}/thread {t}" if multi else f"cpu/thread {t}", -1)
-                                for p, t in threads.tolist()], dtype=np.int64)
-        q_track = thread_code[which.reshape(-1)]
+                                for p, t in threads], dtype=np.int64)
+        q_track = thread_code[which]
         track = events["track"].combine_chunks().indices.to_numpy().astype(np.int64)
         kind = events["kind"].combine_chunks().indices.to_numpy()
         return innermost_enclosing(q_track, ts_ns, track, events["start_ns"].to_numpy(),
@@ -409,6 +408,15 @@ def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(int32 codes, distinct values in order of appearance), hashed rather than sorted."""
     encoded = pa.array(values).dictionary_encode()
     return encoded.indices.to_numpy().astype(np.int32), encoded.dictionary.to_numpy()
+
+
+def _factorize_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Codes of the distinct (a, b) pairs, and the pairs in code order."""
+    a_codes, a_values = _factorize(a)
+    b_codes, b_values = _factorize(b)
+    codes, combined = _factorize(a_codes.astype(np.int64) * len(b_values) + b_codes)
+    pairs = [(int(a_values[k // len(b_values)]), int(b_values[k % len(b_values)])) for k in combined.tolist()]
+    return codes, pairs
 
 
 def _launchers(kind: np.ndarray, corr: np.ndarray, ext: np.ndarray, parent: np.ndarray) -> np.ndarray:

@@ -17,6 +17,29 @@ def _track_segments(track: np.ndarray, order: np.ndarray) -> list[np.ndarray]:
     return np.split(order, cuts)
 
 
+def span_order(track: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Rows sorted by track, then start, then longest first (parents before their children).
+
+    Sorts one int64 key (track in the high bits) with numpy's vectorized quicksort and breaks the
+    ties of equal (track, start) by duration; a lexsort of the three columns is several times slower.
+    """
+    if len(start) == 0:
+        return np.zeros(0, dtype=np.int64)
+    offset = start - start.min()
+    if int(offset.max()) >= 2**44 or int(track.max()) >= 2**19:
+        return np.lexsort((-dur, start, track))
+    key = (track.astype(np.int64) << 44) | offset
+    order = np.argsort(key)
+    sorted_key = key[order]
+    tie = sorted_key[1:] == sorted_key[:-1]
+    if tie.any():
+        members = np.flatnonzero(np.concatenate([tie, [False]]) | np.concatenate([[False], tie]))
+        group = np.cumsum(np.concatenate([[True], ~tie]))[members]
+        rows = order[members]
+        order[members] = rows[np.lexsort((-dur[rows], group))]
+    return order
+
+
 def nest_spans(track: np.ndarray, start: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Parent row (-1 at top) and depth of every span, per track.
 
@@ -28,7 +51,7 @@ def nest_spans(track: np.ndarray, start: np.ndarray, dur: np.ndarray) -> tuple[n
     depth = np.zeros(n, dtype=np.int16)
     if n == 0:
         return parent, depth
-    order = np.lexsort((-dur, start, track))
+    order = span_order(track, start, dur)
     for seg in _track_segments(track, order):
         s = start[seg]
         e = s + dur[seg]
