@@ -55,6 +55,7 @@ def test_import_json_then_ls_and_show(runner, tmp_path, trace_file):
     assert summary["top_ops"][0]["name"] == "aten::mm"
     assert summary["top_ops"][0]["device_ns"] == 3000
     assert {"latency_ms", "numerics"} <= summary.keys()
+    assert summary["ops_window"] == "whole trace"
 
     by_path = json.loads(_invoke(runner, "show", root / run_id, "--json").stdout)
     assert by_path["run"] == run_id
@@ -156,6 +157,8 @@ def test_capture_json_then_show(runner, tmp_path):
     assert 0 < summary["numerics"]["top1_agreement"] <= 1
     assert summary["events"]["op"] > 0
     assert summary["memory_peak_bytes"]["cpu"] > 0
+    assert summary["ops_window"] == "measure"
+    assert any(row["name"].startswith("aten::") for row in summary["top_ops"])
     assert (root / "experiments" / f"{report['experiment']}.json").exists()
 
 

@@ -249,7 +249,8 @@ def _print_summary(s: dict[str, Any]) -> None:
     if s["events"]:
         _kv_table("events", {**s["events"], **{f"kernel time {d} (ms)": ns / 1e6 for d, ns in s["kernel_ns"].items()},
                              **{f"memory peak {d} (MiB)": n / 2**20 for d, n in s["memory_peak_bytes"].items()}})
-    for title, rows in (("top ops", s["top_ops"]), ("top kernels", s["top_kernels"])):
+    scope = f" ({s['ops_window']})"
+    for title, rows in ((f"top ops{scope}", s["top_ops"]), (f"top kernels{scope}", s["top_kernels"])):
         if not rows:
             continue
         table = Table(title=title, title_justify="left")

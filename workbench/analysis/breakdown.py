@@ -52,16 +52,29 @@ def device_time_launched_ns(events: pd.DataFrame) -> np.ndarray:
     return launched
 
 
-def op_table(trace: Trace, kinds: tuple[str, ...] = ("op",)) -> pd.DataFrame:
+def phase_window(trace: Trace, name: str = "measure") -> tuple[int, int] | None:
+    """(start_ns, end_ns) of the first annotation called `name` (the steady-state steps of a capture)."""
+    events = trace.df()
+    hits = events[(events["kind"] == "annotation") & (events["name"] == name)]
+    if hits.empty:
+        return None
+    first = hits.iloc[0]
+    return int(first["start_ns"]), int(first["start_ns"] + first["dur_ns"])
+
+
+def op_table(trace: Trace, kinds: tuple[str, ...] = ("op",), window: tuple[int, int] | None = None) -> pd.DataFrame:
     """Per name of the given kinds: calls, total/self/mean ns, device ns launched, flops, share.
 
     | name | calls | total_ns | self_ns | mean_ns | device_ns | flops | share |
 
-    `share` is the fraction of all self time of those kinds; sorted by total time.
+    Only events starting inside `window` (ns) count when one is given. `share` is the fraction of all
+    self time of those kinds; sorted by total time.
     """
     events = trace.df()
     events = events.assign(self_ns=self_time_ns(events), device_ns=device_time_launched_ns(events))
     rows = events[events["kind"].isin(kinds)]
+    if window is not None:
+        rows = rows[(rows["start_ns"] >= window[0]) & (rows["start_ns"] < window[1])]
     if rows.empty:
         return pd.DataFrame(columns=["name", "calls", "total_ns", "self_ns", "mean_ns", "device_ns",
                                      "flops", "share"])

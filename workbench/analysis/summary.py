@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.analysis.breakdown import kernel_time_by_device, kind_counts, memory_peaks, op_table
+from workbench.analysis.breakdown import kernel_time_by_device, kind_counts, memory_peaks, op_table, phase_window
 from workbench.trace.bundle import Bundle
 
 LATENCY_KEYS = ("p50", "p90", "p99", "mean", "std", "min", "max")
@@ -15,7 +15,8 @@ def run_summary(bundle: Bundle, top: int = 10) -> dict[str, Any]:
 
     `{"run", "status", "model", "variant", "device", "events": {kind: n}, "kernel_ns": {device: ns},
     "ops": n, "memory_peak_bytes": {device: n}, "latency_ms": {...}, "throughput": {...},
-    "numerics": {...}, "top_ops": [...], "top_kernels": [...]}`
+    "numerics": {...}, "top_ops": [...], "top_kernels": [...]}`; the op tables cover the `measure`
+    phase of a capture (steady state, not compilation) and the whole trace of an import.
     """
     info = bundle.info
     bench = info.get("benchmark") or {}
@@ -36,6 +37,7 @@ def run_summary(bundle: Bundle, top: int = 10) -> dict[str, Any]:
         "kernel_ns": {},
         "ops": 0,
         "memory_peak_bytes": {},
+        "ops_window": None,
         "top_ops": [],
         "top_kernels": [],
     }
@@ -46,8 +48,10 @@ def run_summary(bundle: Bundle, top: int = 10) -> dict[str, Any]:
     summary["ops"] = summary["events"].get("op", 0)
     summary["kernel_ns"] = kernel_time_by_device(trace)
     summary["memory_peak_bytes"] = memory_peaks(trace)
-    summary["top_ops"] = _records(op_table(trace, ("op",)).head(top))
-    summary["top_kernels"] = _records(op_table(trace, ("kernel",)).head(top))
+    window = phase_window(trace, "measure")  # a capture's steady state; imports have none
+    summary["ops_window"] = "measure" if window else "whole trace"
+    summary["top_ops"] = _records(op_table(trace, ("op",), window).head(top))
+    summary["top_kernels"] = _records(op_table(trace, ("kernel",), window).head(top))
     return summary
 
 
