@@ -162,7 +162,7 @@ class _Assembler:
         kind[instant & (cat_codes < 0)] = KIND_CODES["annotation"]
         on_device = np.array([c in DEVICE_CATEGORIES for c in cat_values] + [False])[cat_codes]
         ints = {k: self._concat(k) for k in EVENT_INTS}
-        self.vendor = self._vendor(cat_values)
+        self.vendor = self._vendor([cat_values[c] for c in np.unique(cat_codes).tolist() if c >= 0])
         device_code = np.where(on_device, np.where(ints["device"] != MISSING, ints["device"], pid), -1)
         lane = np.where(on_device & (ints["stream"] != MISSING), ints["stream"], tid)
         track_codes, track_labels = self._tracks(device_code, lane, pid)
@@ -256,9 +256,10 @@ class _Assembler:
             args = pa.chunked_array([pa.array(values, pa.string())])
         return keep, dur, args
 
-    def _vendor(self, cat_values: list[str]) -> str:
-        """Device prefix: rocm for AMD GPUs (Kineto reuses the cuda categories), mtia, xpu or cuda."""
-        cats = {c for c in cat_values if c}
+    def _vendor(self, categories: list[str]) -> str:
+        """Device prefix from the categories in use: rocm for AMD GPUs (Kineto reuses the cuda
+        categories), mtia, xpu or cuda."""
+        cats = {c for c in categories if c}
         if any(c.startswith("mtia") for c in cats):
             return "mtia"
         if any(c.startswith("xpu") for c in cats):

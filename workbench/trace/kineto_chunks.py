@@ -82,12 +82,32 @@ class _Flow(msgspec.Struct, tag_field="ph", gc=False):
     """A flow record (`s`, `t`, `f`): nothing of it is kept, so nothing of it is decoded."""
 
 
+Category = enum.Enum("Category", {c: c for c in sorted({*KIND_BY_CATEGORY, *DEVICE_CATEGORIES})})
+"""The categories Kineto is known to write; decoding to members avoids a string per record."""
+
+_CATEGORY_VALUES = [c.value for c in Category]
+_CATEGORY_CODE = {id(c): i for i, c in enumerate(Category)} | {id(None): -1}
+
+
+class _KnownCategoryRecord(_Record):
+    """A record whose category is a known one: the fast path (others take `_Record`)."""
+
+    cat: Category | None = None
+
+
 FLOWS = (Phase.FLOW_START, Phase.FLOW_STEP, Phase.FLOW_END)
-_CLASSES = {p: msgspec.defstruct(f"_Flow_{p.name}" if p in FLOWS else f"_Record_{p.name}", [],
-                                 bases=(_Flow if p in FLOWS else _Record,), tag=p.value)
-            for p in _PHASES if p is not Phase.UNKNOWN}
-_CLASSES[Phase.UNKNOWN] = _Record  # records without a known phase, built by the slow path only
-_PHASE_OF_CLASS = {id(cls): i for i, cls in enumerate(_CLASSES[p] for p in _PHASES)}
+
+
+def _record_classes(base: type) -> dict[Phase, type]:
+    """One struct class per phase (the tagged union's members), each knowing its phase's code."""
+    return {p: msgspec.defstruct(f"{base.__name__}_{p.name}", [], bases=(_Flow if p in FLOWS else base,),
+                                 tag=p.value, namespace={"phase_code": i})
+            for i, p in enumerate(_PHASES) if p is not Phase.UNKNOWN}
+
+
+_CLASSES = _record_classes(_Record)
+_CLASSES[Phase.UNKNOWN] = msgspec.defstruct("_Record_UNKNOWN", [], bases=(_Record,), namespace={"phase_code": 0})
+_FAST_CLASSES = _record_classes(_KnownCategoryRecord)
 _ROW_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur", "args")
 _KNOWN_KEYS = frozenset((*_ROW_FIELDS, "ph", "id", "bp", "s"))
 
@@ -157,7 +177,8 @@ MEMORY_FIELDS = ("addr", "bytes", "allocated", "reserved", "device_type", "devic
 _decoders: dict[Any, msgspec.json.Decoder] = {
     t: msgspec.json.Decoder(list[t]) for t in (*_ARG_GROUPS, _MemoryArgs, Any)
 }
-_records_decoder = msgspec.json.Decoder(list[Union[tuple(_CLASSES[p] for p in _PHASES[1:])]])  # noqa: UP007
+_record_decoders = [msgspec.json.Decoder(list[Union[tuple(classes[p] for p in _PHASES[1:])]])  # noqa: UP007
+                    for classes in (_FAST_CLASSES, _CLASSES)]
 
 
 class EventSchemaError(Exception):
@@ -205,13 +226,14 @@ class Chunk:
 
 def decode_chunk(text: bytes) -> Chunk:
     """Decode a JSON array of trace events; `ChunkDecodeError` if it is not valid JSON."""
-    try:
-        records = _records_decoder.decode(text)
-    except msgspec.ValidationError:
-        records = _records_loose(text)
-    except msgspec.DecodeError as exc:
-        raise ChunkDecodeError(str(exc)) from exc
-    return _split(records)
+    for known_categories, decoder in zip((True, False), _record_decoders, strict=True):
+        try:
+            return _split(decoder.decode(text), known_categories)
+        except msgspec.ValidationError:
+            continue  # an unknown category, field or type: try the next, more general decoder
+        except msgspec.DecodeError as exc:
+            raise ChunkDecodeError(str(exc)) from exc
+    return _split(_records_loose(text), known_categories=False)
 
 
 def _gather(items: list[Any], rows: np.ndarray) -> list[Any] | tuple[Any, ...]:
@@ -223,10 +245,9 @@ def _gather(items: list[Any], rows: np.ndarray) -> list[Any] | tuple[Any, ...]:
     return operator.itemgetter(*rows.tolist())(items) if len(rows) > 1 else [items[int(rows[0])]]
 
 
-def _split(records: list[Any]) -> Chunk:
+def _split(records: list[Any], known_categories: bool) -> Chunk:
     n = len(records)
-    classes = map(id, map(type, records))
-    phase = np.fromiter(map(_PHASE_OF_CLASS.__getitem__, classes), dtype=np.int32, count=n)
+    phase = np.fromiter(map(operator.attrgetter("phase_code"), records), dtype=np.int32, count=n)
     is_flow = np.isin(phase, _FLOW_CODES)
     flows = int(is_flow.sum())
     if flows:
@@ -251,7 +272,7 @@ def _split(records: list[Any]) -> Chunk:
     chunk = Chunk(
         records=n,
         rows=len(rows),
-        events=_event_columns(cols, rows, ph, name, pid, tid, ts, keep),
+        events=_event_columns(cols, rows, ph, name, pid, tid, ts, keep, known_categories),
         memory=_memory_columns(args, np.flatnonzero(is_memory), pid, tid, ts),
         flows=flows,
     )
@@ -263,7 +284,8 @@ def _split(records: list[Any]) -> Chunk:
 
 
 def _event_columns(cols: dict[str, tuple], rows: np.ndarray, ph: Strings, name: Strings,
-                   pid: np.ndarray, tid: np.ndarray, ts: np.ndarray, keep: np.ndarray) -> dict[str, Any]:
+                   pid: np.ndarray, tid: np.ndarray, ts: np.ndarray, keep: np.ndarray,
+                   known_categories: bool) -> dict[str, Any]:
     """Columns of the span/instant rows of a chunk.
 
     Columns that no row of the chunk uses are None (`id` without async begin/end pairs, `flops` and
@@ -273,7 +295,9 @@ def _event_columns(cols: dict[str, tuple], rows: np.ndarray, ph: Strings, name: 
     args = cols["args"] if everything else tuple(itertools.compress(cols["args"], keep))
     raw, present = raw_strings(args)
     n = len(rows)
-    cat = Strings.encode(cols["cat"] if everything else itertools.compress(cols["cat"], keep))
+    cats = cols["cat"] if everything else tuple(itertools.compress(cols["cat"], keep))
+    cat = Strings(np.fromiter(map(_CATEGORY_CODE.__getitem__, map(id, cats)), dtype=np.int32, count=n),
+                  _CATEGORY_VALUES) if known_categories else Strings.encode(cats)
     out: dict[str, Any] = {
         "ph": ph.take(rows),
         "name": name.take(rows),
