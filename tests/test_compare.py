@@ -1,0 +1,67 @@
+"""Experiments side by side: the comparison analyses and view on a real captured experiment."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from bokeh.embed import file_html
+from bokeh.models import DataTable, StringFormatter
+from bokeh.resources import INLINE
+from click.testing import CliRunner
+
+from workbench.analysis.compare import ELEMENTWISE_OPS, fusion_summary, latency_samples, op_comparison, variant_table
+from workbench.cli import main
+from workbench.trace.bundle import open_bundle
+from workbench.views.compare import compare
+
+TINY = ["--model", "tiny-gpt", "--set", "d_model=32", "--set", "layers=1", "--set", "heads=2",
+        "--batch", "2", "--seq", "8", "--iterations", "4", "--warmup", "1"]
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory):
+    root = tmp_path_factory.mktemp("traces")
+    result = CliRunner().invoke(main, ["capture", *TINY, "--variants", "eager,bf16", "--out", str(root), "--json"])
+    assert result.exit_code == 0, result.output
+    runs = json.loads(result.stdout)["runs"]
+    return [open_bundle(run["run_id"], root) for run in runs]
+
+
+def test_variant_table(experiment):
+    table = variant_table(experiment)
+    assert table["variant"].tolist() == ["eager", "bf16"]
+    assert table.loc[0, "speedup"] == pytest.approx(1.0)
+    assert table.loc[1, "speedup"] == pytest.approx(table.loc[0, "p50_ms"] / table.loc[1, "p50_ms"])
+    assert table.loc[0, "sqnr_db"] == float("inf")
+    assert 0 < table.loc[1, "top1"] <= 1
+    assert (table["peak_bytes"] > 0).all()
+
+
+def test_latency_samples_are_every_timed_iteration(experiment):
+    samples = latency_samples(experiment)
+    assert samples.groupby("variant").size().to_dict() == {"eager": 4, "bf16": 4}
+
+
+def test_ops_aligned_per_step(experiment):
+    traces = {b.info["variant"]["name"]: b.trace() for b in experiment}
+    ops = op_comparison(traces)
+    assert {"eager calls", "eager ms", "bf16 calls", "bf16 ms"} <= set(ops.columns)
+    linear = ops[(ops["name"] == "aten::linear") & (ops["kind"] == "op")].iloc[0]
+    # one block: q, k, v, o, fc_in, fc_out, plus the LM head, in every profiled step
+    assert linear["eager calls"] == 7
+    fusion = fusion_summary(traces).set_index("variant")
+    assert fusion.loc["eager", "ops"] > 0
+    assert fusion.loc["eager", "elementwise_ops"] > 0
+    assert "aten::gelu" in ELEMENTWISE_OPS
+
+
+def test_compare_view_builds_and_escapes_names(experiment):
+    layout = compare(experiment)
+    tables = list(layout.select({"type": DataTable}))
+    assert len(tables) == 3
+    summary = tables[0]
+    assert summary.source.data["variant"].tolist() == ["eager", "bf16"]
+    assert all(isinstance(c.formatter, StringFormatter) for c in summary.columns if c.field == "variant")
+    html = file_html(layout, INLINE, "compare")
+    assert "aten::linear" in html

@@ -1,0 +1,145 @@
+"""Comparisons across the runs of an experiment: figures per variant and ops aligned across variants."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from workbench.analysis.breakdown import memory_peaks, op_table, phase_window
+from workbench.analysis.summary import display_name
+from workbench.trace import Trace
+from workbench.trace.bundle import Bundle
+
+STEP_NAME = re.compile(r"^(step \d+|ProfilerStep#\d+)$")
+FUSED_NAME = re.compile(r"fused|triton_|Torch-Compiled Region|CompiledFxGraph", re.IGNORECASE)
+ELEMENTWISE_OPS = frozenset({
+    "aten::add", "aten::add_", "aten::sub", "aten::mul", "aten::mul_", "aten::div", "aten::neg", "aten::exp",
+    "aten::tanh", "aten::gelu", "aten::relu", "aten::relu_", "aten::silu", "aten::sigmoid", "aten::pow",
+    "aten::rsqrt", "aten::sqrt", "aten::where", "aten::clamp", "aten::copy_", "aten::to", "aten::_to_copy",
+    "aten::native_dropout", "aten::masked_fill", "aten::softmax", "aten::_softmax", "aten::layer_norm",
+    "aten::native_layer_norm", "aten::embedding", "aten::cat", "aten::contiguous", "aten::clone",
+})
+"""Host ops that a fusing compiler (inductor, XLA) folds into its generated kernels."""
+
+
+def variant_table(bundles: Sequence[Bundle], reference: str = "eager") -> pd.DataFrame:
+    """One row per run: latency, throughput, speedup against the reference variant, compile time,
+    peak memory and numerics.
+
+    | variant | run | status | p50_ms | p90_ms | p99_ms | mean_ms | items_per_s | tokens_per_s | speedup |
+    | first_call_s | peak_bytes | sqnr_db | cosine | max_abs_error | top1 |
+    """
+    rows = []
+    for bundle in bundles:
+        info = bundle.info
+        bench = info.get("benchmark") or {}
+        numerics = info.get("numerics") or {}
+        peaks = memory_peaks(bundle.trace()) if bundle.has_trace else {}
+        rows.append({
+            "variant": display_name(info.get("variant")) or bundle.run_id,
+            "run": bundle.run_id,
+            "status": info.get("status"),
+            "p50_ms": bench.get("p50"),
+            "p90_ms": bench.get("p90"),
+            "p99_ms": bench.get("p99"),
+            "mean_ms": bench.get("mean"),
+            "items_per_s": bench.get("items_per_s"),
+            "tokens_per_s": bench.get("tokens_per_s"),
+            "first_call_s": info.get("first_call_s"),
+            "peak_bytes": max(peaks.values()) if peaks else None,
+            "sqnr_db": _number(numerics.get("sqnr_db")),
+            "cosine": numerics.get("cosine_similarity"),
+            "max_abs_error": numerics.get("max_abs_error"),
+            "top1": numerics.get("top1_agreement"),
+        })
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    ref = table.loc[table["variant"] == reference, "p50_ms"]
+    ref_p50 = float(ref.iloc[0]) if len(ref) and pd.notna(ref.iloc[0]) else np.nan
+    table["speedup"] = ref_p50 / table["p50_ms"].astype(float)
+    return table
+
+
+def latency_samples(bundles: Sequence[Bundle]) -> pd.DataFrame:
+    """Every timed sample of every run, long form: | variant | sample_ms |."""
+    frames = [
+        pd.DataFrame({"variant": display_name(b.info.get("variant")) or b.run_id,
+                      "sample_ms": (b.info.get("benchmark") or {}).get("samples_ms") or []})
+        for b in bundles
+    ]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["variant", "sample_ms"])
+
+
+def steps_in(trace: Trace) -> int:
+    """Number of profiled steps (`step N` / `ProfilerStep#N` annotations), at least 1."""
+    events = trace.df()
+    names = events.loc[events["kind"] == "annotation", "name"].astype(str)
+    return max(int(names.str.match(STEP_NAME).sum()), 1)
+
+
+def op_comparison(traces: dict[str, Trace]) -> pd.DataFrame:
+    """Host ops and kernels aligned by name across variants, per profiled step of the steady state.
+
+    | name | kind | <variant> calls | <variant> ms | ... |
+
+    Counts and times are per step inside each trace's `measure` phase (the whole trace when it has
+    none), so variants profiled for different numbers of steps compare.
+    """
+    frames = []
+    for variant, trace in traces.items():
+        window = phase_window(trace, "measure")
+        steps = steps_in(trace)
+        for kind in ("op", "kernel"):
+            table = op_table(trace, (kind,), window)
+            if table.empty:
+                continue
+            frames.append(pd.DataFrame({
+                "name": table["name"], "kind": kind, "variant": variant,
+                "calls": table["calls"] / steps, "ms": table["total_ns"] / steps / 1e6,
+            }))
+    if not frames:
+        return pd.DataFrame(columns=["name", "kind"])
+    long = pd.concat(frames, ignore_index=True)
+    wide = long.pivot_table(index=["name", "kind"], columns="variant", values=["calls", "ms"], aggfunc="sum")
+    wide.columns = [f"{variant} {measure}" for measure, variant in wide.columns]
+    ordered = [f"{v} {m}" for v in traces for m in ("calls", "ms") if f"{v} {m}" in wide.columns]
+    wide = wide[ordered].fillna(0.0).reset_index()
+    time_columns = [c for c in ordered if c.endswith(" ms")]
+    return wide.sort_values(by=time_columns[0], ascending=False, ignore_index=True) if time_columns else wide
+
+
+def fusion_summary(traces: dict[str, Trace]) -> pd.DataFrame:
+    """Per variant and step: host ops, elementwise host ops, fused kernels/regions, device kernels.
+
+    | variant | ops | elementwise_ops | fused | kernels |
+
+    Elementwise ops that disappear between eager and a compiled variant went into its fused kernels.
+    """
+    rows = []
+    for variant, trace in traces.items():
+        events = trace.df()
+        window = phase_window(trace, "measure")
+        if window is not None:
+            events = events[(events["start_ns"] >= window[0]) & (events["start_ns"] < window[1])]
+        steps = steps_in(trace)
+        names = events["name"].astype(str)
+        is_op = events["kind"] == "op"
+        rows.append({
+            "variant": variant,
+            "ops": int(is_op.sum()) / steps,
+            "elementwise_ops": int((is_op & names.isin(ELEMENTWISE_OPS)).sum()) / steps,
+            "fused": int(names.str.contains(FUSED_NAME).sum()) / steps,
+            "kernels": int((events["kind"] == "kernel").sum()) / steps,
+        })
+    return pd.DataFrame(rows, columns=["variant", "ops", "elementwise_ops", "fused", "kernels"])
+
+
+def _number(value: object) -> float | None:
+    """run.json writes infinite SQNR as the string "inf"."""
+    if isinstance(value, str):
+        return float(value)
+    return value  # type: ignore[return-value]

@@ -1,0 +1,122 @@
+"""Experiments side by side: latency distributions, speedups, numerics and ops aligned across variants."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from bokeh.layouts import column, row
+from bokeh.models import (
+    ColumnDataSource,
+    DataTable,
+    FactorRange,
+    HoverTool,
+    NumberFormatter,
+    Paragraph,
+    StringFormatter,
+    TableColumn,
+)
+from bokeh.palettes import Category10_10
+from bokeh.plotting import figure
+
+from workbench.analysis.compare import fusion_summary, latency_samples, op_comparison, variant_table
+from workbench.trace.bundle import Bundle
+
+SUMMARY_COLUMNS = [
+    ("variant", "variant", None), ("status", "status", None), ("p50_ms", "p50 ms", "0.000"),
+    ("p99_ms", "p99 ms", "0.000"), ("items_per_s", "items/s", "0,0.0"), ("speedup", "speedup", "0.00"),
+    ("first_call_s", "compile / first call s", "0.00"), ("peak_bytes", "peak bytes", "0,0"),
+    ("sqnr_db", "SQNR dB", "0.0"), ("cosine", "cosine", "0.000000"), ("max_abs_error", "max abs err", "0.0e+0"),
+    ("top1", "top-1", "0.000"),
+]
+
+
+def compare(bundles: Sequence[Bundle], reference: str = "eager", *, width: int = 1100, top_ops: int = 40):
+    """The comparison layout of several runs (usually the runs of one experiment)."""
+    table = variant_table(bundles, reference)
+    variants = table["variant"].tolist() if not table.empty else []
+    colors = {v: Category10_10[i % 10] for i, v in enumerate(variants)}
+    traces = {display: b.trace() for display, b in zip(variants, bundles, strict=True) if b.has_trace}
+    parts = [
+        Paragraph(text=f"{len(bundles)} runs compared against {reference}", width=width),
+        row(latency_figure(bundles, colors, width=width // 2), speedup_figure(table, colors, width=width // 2)),
+        data_table(table, SUMMARY_COLUMNS, width=width, height=30 + 28 * max(len(table), 1)),
+    ]
+    if traces:
+        fusion = fusion_summary(traces)
+        parts.append(Paragraph(text="per profiled step: host ops, elementwise host ops, fused kernels or "
+                                    "compiled regions, device kernels", width=width))
+        parts.append(data_table(fusion, [(c, c.replace("_", " "), None if c == "variant" else "0.0")
+                                         for c in fusion.columns], width=width, height=30 + 28 * len(fusion)))
+        ops = op_comparison(traces).head(top_ops)
+        parts.append(Paragraph(text=f"ops and kernels aligned across variants, per step (top {top_ops} by time)",
+                               width=width))
+        parts.append(data_table(ops, [(c, c, None if c in ("name", "kind") else "0.000") for c in ops.columns],
+                                width=width, height=420))
+    return column(*parts)
+
+
+def latency_figure(bundles: Sequence[Bundle], colors: dict[str, str], *, width: int = 550):
+    """Box plot of each variant's timed samples (quartiles, 5th–95th percentile whiskers, every sample)."""
+    samples = latency_samples(bundles)
+    variants = list(dict.fromkeys(samples["variant"])) or ["-"]
+    fig = figure(x_range=FactorRange(*variants), width=width, height=320, title="latency per call (ms)",
+                 tools="pan,wheel_zoom,box_zoom,reset,save", y_axis_label="ms")
+    if samples.empty:
+        return fig
+    stats = samples.groupby("variant", sort=False)["sample_ms"].quantile([0.05, 0.25, 0.5, 0.75, 0.95]).unstack()
+    stats.columns = ["p5", "q1", "median", "q3", "p95"]
+    stats = stats.reset_index()
+    stats["color"] = stats["variant"].map(colors)
+    boxes = _source(stats)
+    fig.segment("variant", "p5", "variant", "p95", source=boxes, line_color="black")
+    bars = fig.vbar("variant", 0.6, top="q3", bottom="q1", source=boxes, fill_color="color", fill_alpha=0.5,
+                    line_color="black")
+    fig.scatter("variant", "median", source=boxes, size=12, marker="dash", color="black")
+    rng = np.random.default_rng(0)
+    jitter = pd.DataFrame({"x": [(v, float(j)) for v, j in zip(samples["variant"],
+                                                                rng.uniform(-0.25, 0.25, len(samples)), strict=True)],
+                           "sample_ms": samples["sample_ms"]})
+    fig.scatter(x="x", y="sample_ms", source=ColumnDataSource({"x": jitter["x"].tolist(),
+                                                               "sample_ms": jitter["sample_ms"].to_numpy()}),
+                size=3, alpha=0.4, color="gray")
+    fig.add_tools(HoverTool(renderers=[bars], tooltips=[("variant", "@variant"), ("median", "@median{0.000} ms"),
+                                                        ("IQR", "@q1{0.000} – @q3{0.000} ms"),
+                                                        ("p5–p95", "@p5{0.000} – @p95{0.000} ms")]))
+    return fig
+
+
+def speedup_figure(table: pd.DataFrame, colors: dict[str, str], *, width: int = 550):
+    """Median speedup of each variant over the reference (1.0 = the reference)."""
+    variants = table["variant"].tolist() if not table.empty else ["-"]
+    fig = figure(x_range=FactorRange(*variants), width=width, height=320, title="speedup vs reference (median)",
+                 tools="save,reset")
+    if table.empty:
+        return fig
+    data = table[["variant", "speedup", "p50_ms"]].copy()
+    data["speedup"] = data["speedup"].fillna(0.0)
+    data["color"] = data["variant"].map(colors)
+    bars = fig.vbar("variant", 0.6, top="speedup", source=_source(data), fill_color="color")
+    fig.line(x=[variants[0], variants[-1]], y=[1, 1], line_dash="dashed", color="black")
+    fig.add_tools(HoverTool(renderers=[bars], tooltips=[("variant", "@variant"), ("speedup", "@speedup{0.00}x"),
+                                                        ("p50", "@p50_ms{0.000} ms")]))
+    return fig
+
+
+def data_table(frame: pd.DataFrame, columns: list[tuple[str, str, str | None]], *, width: int,
+               height: int) -> DataTable:
+    """A sortable table; text cells use a plain-text formatter, so names from traces stay text."""
+    present = [(field, title, fmt) for field, title, fmt in columns if field in frame.columns]
+    source = _source(frame[[field for field, _, _ in present]])
+    return DataTable(
+        source=source, width=width, height=height, index_position=None, sortable=True,
+        columns=[TableColumn(field=field, title=title,
+                             formatter=StringFormatter() if fmt is None else NumberFormatter(format=fmt))
+                 for field, title, fmt in present],
+    )
+
+
+def _source(frame: pd.DataFrame) -> ColumnDataSource:
+    """A ColumnDataSource of a frame's columns (not the frame itself: bokeh would add its index)."""
+    return ColumnDataSource({name: frame[name].to_numpy() for name in frame.columns})
