@@ -27,7 +27,7 @@ SUMMARY_COLUMNS = [
     ("variant", "variant", None), ("status", "status", None), ("p50_ms", "p50 ms", "0.000"),
     ("p99_ms", "p99 ms", "0.000"), ("items_per_s", "items/s", "0,0.0"), ("speedup", "speedup", "0.00"),
     ("first_call_s", "compile / first call s", "0.00"), ("peak_bytes", "peak bytes", "0,0"),
-    ("sqnr_db", "SQNR dB", "0.0"), ("cosine", "cosine", "0.000000"), ("max_abs_error", "max abs err", "0.0e+0"),
+    ("sqnr_db", "SQNR dB", "0.0"), ("cosine", "cosine", "0.000000"), ("max_abs_error", "max abs err", "0.000000"),
     ("top1", "top-1", "0.000"),
 ]
 
@@ -111,7 +111,7 @@ def data_table(frame: pd.DataFrame, columns: list[tuple[str, str, str | None]], 
     source = _source(frame[[field for field, _, _ in present]])
     return DataTable(
         source=source, width=width, height=height, index_position=None, sortable=True,
-        columns=[TableColumn(field=field, title=title,
+        columns=[TableColumn(field=field, title=title, width=360 if field == "name" else 100,
                              formatter=StringFormatter() if fmt is None else NumberFormatter(format=fmt))
                  for field, title, fmt in present],
     )
