@@ -213,3 +213,12 @@ def test_empty_events_array(tmp_path):
     trace = read_trace(write_trace(tmp_path / "empty.json", []))
     assert trace.events.num_rows == 0
     assert trace.memory.num_rows == 0
+
+
+def test_event_at_time_zero_is_the_origin(tmp_path):
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "ts": 0, "args": {"name": "p"}},
+              {"ph": "X", "name": "first", "pid": 1, "tid": 1, "ts": 0, "dur": 2},
+              {"ph": "X", "name": "second", "pid": 1, "tid": 1, "ts": 5, "dur": 1}]
+    df = read_trace(write_trace(tmp_path / "zero.json", events)).df().set_index("name")
+    assert df.loc["first", "start_ns"] == 0
+    assert df.loc["second", "start_ns"] == 5000

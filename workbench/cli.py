@@ -78,11 +78,13 @@ def main() -> None:
 @click.option("--with-stack", is_flag=True, help="Record Python stacks in the trace (slower).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Model config override, e.g. --set layers=4 --set kv_heads=2.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the experiment's HTML report to this file.")
 @_out_option
 @_json_option
 def capture(model: str, variants: str, batch: int, seq: int | None, device: str, iterations: int, warmup: int,
             threads: int | None, profile: bool, steady_state_only: bool, profile_steps: int, with_stack: bool,
-            overrides: tuple[str, ...], out_dir: Path | None, as_json: bool) -> None:
+            overrides: tuple[str, ...], report_path: Path | None, out_dir: Path | None, as_json: bool) -> None:
     """Benchmark and profile a model in several variants: one bundle per variant plus an experiment."""
     from workbench.capture.torch_profiler import ProfileSettings
     from workbench.experiment import ExperimentSettings, run_experiment
@@ -107,10 +109,19 @@ def capture(model: str, variants: str, batch: int, seq: int | None, device: str,
         with RichProgress(err, enabled=not as_json) as progress:
             result = run_experiment(settings, root, progress=progress)
     runs = [r.to_dict() for r in result.runs]
+    written = None
+    if report_path is not None:
+        from workbench.report import report_layout, resolve_runs, write_report
+
+        with _errors(), err.status("building the report", spinner="dots"):
+            layout = report_layout(resolve_runs([result.experiment_id], root))
+            written = str(write_report(layout, report_path, title=f"workbench: {result.experiment_id}"))
     if as_json:
-        _print_json({"experiment": result.experiment_id, "root": str(root), "runs": runs})
+        _print_json({"experiment": result.experiment_id, "root": str(root), "runs": runs, "report": written})
     else:
         _print_capture(result.experiment_id, root, runs)
+        if written:
+            out.print(f"report: {written}", highlight=False)
     if any(r["status"] != "ok" for r in runs):
         sys.exit(EXIT_PARTIAL)
 
@@ -270,6 +281,24 @@ def _kv_table(title: str, values: dict[str, Any]) -> None:
     for key, value in values.items():
         table.add_row(str(key), _fmt(value))
     out.print(table)
+
+
+@main.command()
+@click.argument("refs", nargs=-1, required=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="HTML file to write (default: report-<first ref>.html in the traces root).")
+@_out_option
+def report(refs: tuple[str, ...], output: Path | None, out_dir: Path | None) -> None:
+    """Write a self-contained HTML report of runs or experiments (opens offline, no workbench needed)."""
+    from workbench.report import report_layout, resolve_runs, write_report
+
+    root = traces_root(out_dir)
+    with _errors():
+        bundles = resolve_runs(refs, root)
+        with err.status("building the report", spinner="dots"):
+            path = write_report(report_layout(bundles), output or root / f"report-{Path(refs[0]).name}.html",
+                                title=f"workbench: {', '.join(refs)}")
+    click.echo(str(path))
 
 
 @main.command()

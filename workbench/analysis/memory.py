@@ -194,7 +194,7 @@ def _compact_offsets(device: np.ndarray, addr: np.ndarray, size: np.ndarray) -> 
 
 
 def peak(trace: Trace, device: str, table: pd.DataFrame | None = None) -> tuple[int, int, pd.DataFrame]:
-    """(ts_ns, allocated bytes, live allocations) at the device's first maximum of allocated bytes.
+    """(ts_ns, allocated bytes, live allocations) at the device's first maximum of allocated bytes in time.
 
     The live allocations are the rows of `allocations(trace)` (pass it as `table` to reuse one) made
     at or before the peak record and freed after it, largest first. Allocations without an address
@@ -203,14 +203,14 @@ def peak(trace: Trace, device: str, table: pd.DataFrame | None = None) -> tuple[
     """
     memory = trace.df("memory")
     ts = memory["ts_ns"].to_numpy()
-    on_device = np.flatnonzero((memory["device"].astype(str) == device).to_numpy())
+    in_time_order = np.argsort(ts, kind="stable")
+    on_device = in_time_order[(memory["device"].astype(str) == device).to_numpy()[in_time_order]]
     if not len(on_device):
         raise KeyError(f"no memory records for device {device!r}")
     allocated = memory["allocated_bytes"].to_numpy()[on_device]
     at = on_device[int(np.argmax(allocated))]
-    # Position of each memory row in time order, so "at or before the peak" holds for unsorted tables.
-    position = np.empty(len(ts), dtype=np.int64)
-    position[np.lexsort((np.arange(len(ts)), ts))] = np.arange(len(ts))
+    position = np.empty(len(ts), dtype=np.int64)  # of each memory row in time order
+    position[in_time_order] = np.arange(len(ts))
     if table is None:
         table = allocations(trace)
     rows = table[table["device"] == device]

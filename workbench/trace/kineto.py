@@ -33,6 +33,8 @@ import pyarrow as pa
 
 from workbench.errors import TraceFormatError
 from workbench.trace import schema
+from workbench.trace.columns import dict_array as _dict_array
+from workbench.trace.columns import factorize as _factorize
 from workbench.trace.jsonstream import TraceEventStream
 from workbench.trace.kineto_categories import DEVICE_CATEGORIES, DEVICE_TYPES, KIND_BY_CATEGORY
 from workbench.trace.kineto_chunks import (
@@ -96,13 +98,6 @@ def _unify(columns: list[Strings]) -> tuple[np.ndarray, list[str]]:
         parts.append(remap[col.codes])  # code -1 picks the trailing -1
     codes = np.concatenate(parts) if parts else np.zeros(0, np.int32)
     return codes, list(values)
-
-
-def _dict_array(codes: np.ndarray, values: list[Any]) -> pa.DictionaryArray:
-    codes = np.asarray(codes, dtype=np.int32)
-    mask = codes < 0
-    indices = pa.array(codes, mask=mask if mask.any() else None)
-    return pa.DictionaryArray.from_arrays(indices, pa.array([str(v) for v in values], pa.string()))
 
 
 class _Assembler:
@@ -213,11 +208,11 @@ class _Assembler:
 
     @staticmethod
     def _origin(ts: np.ndarray, memory: np.ndarray) -> float:
-        """The earliest timestamp (µs); metadata records may carry ts 0 and are not rows."""
-        candidates = [ts[ts > 0].min()] if (ts > 0).any() else []
+        """The earliest timestamp (µs) of the rows and memory records (metadata records are neither)."""
+        candidates = [float(ts.min())] if len(ts) else []
         if len(memory):
-            candidates.append(memory["ts"].min())
-        return float(min(candidates)) if candidates else 0.0
+            candidates.append(float(memory["ts"].min()))
+        return min(candidates) if candidates else 0.0
 
     def _pair_begin_end(self, ph_codes, ph_values, pid, tid, flow_id, ts, dur, args):
         """Give each `B`/`b` the duration up to its `E`/`e` (args of both kept); drop the ends."""
@@ -403,12 +398,6 @@ class _Assembler:
             "reader": {"records": records, "events": n_events, "memory": n_memory, "counters": n_counters,
                        "skipped": {k: v for k, v in self.skipped.items() if v}},
         }
-
-
-def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(int32 codes, distinct values in order of appearance), hashed rather than sorted."""
-    encoded = pa.array(values).dictionary_encode()
-    return encoded.indices.to_numpy().astype(np.int32), encoded.dictionary.to_numpy()
 
 
 def _factorize_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:

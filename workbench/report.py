@@ -1,0 +1,64 @@
+"""Self-contained HTML reports: one file with inline BokehJS that opens from disk with no network."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from bokeh.embed import file_html
+from bokeh.models import LayoutDOM, TabPanel, Tabs
+from bokeh.resources import INLINE
+
+from workbench.analysis.summary import display_name
+from workbench.errors import BundleError, WorkbenchError
+from workbench.trace.bundle import Bundle, open_bundle
+from workbench.trace.experiment import read_experiment
+
+
+def resolve_runs(refs: Sequence[str | Path], root: Path) -> list[Bundle]:
+    """The bundles named by run ids, bundle paths or experiment ids (which expand to their runs)."""
+    bundles: list[Bundle] = []
+    for ref in refs:
+        try:
+            bundles.append(open_bundle(ref, root))
+            continue
+        except BundleError as run_error:
+            try:
+                experiment = read_experiment(root, str(ref))
+            except BundleError:
+                raise run_error from None
+        bundles.extend(open_bundle(run_id, root) for run_id in experiment.run_ids)
+    if not bundles:
+        raise WorkbenchError("nothing to report: name at least one run or experiment")
+    return bundles
+
+
+def report_layout(bundles: Sequence[Bundle]) -> LayoutDOM:
+    """One run: its dashboard. Several: the comparison first, then each run's dashboard in a tab."""
+    from workbench.views.compare import compare
+    from workbench.views.dashboard import dashboard
+
+    if len(bundles) == 1:
+        return dashboard(bundles[0])
+    panels = [TabPanel(child=compare(bundles), title="compare")]
+    panels += [TabPanel(child=dashboard(b), title=str(display_name(b.info.get("variant")) or b.run_id))
+               for b in bundles]
+    return Tabs(tabs=panels)
+
+
+def write_report(layout: LayoutDOM, path: str | os.PathLike[str], title: str) -> Path:
+    """Write `layout` as one HTML file (BokehJS inline), atomically: a temp file renamed into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    html = file_html(layout, INLINE, title)
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.",
+                                     suffix=".tmp", delete=False) as tmp:
+        try:
+            tmp.write(html)
+        except BaseException:
+            os.unlink(tmp.name)
+            raise
+    os.replace(tmp.name, path)
+    return path
