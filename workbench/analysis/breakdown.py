@@ -7,6 +7,8 @@ import pandas as pd
 
 from workbench.trace import Trace
 
+OP_TABLE_COLUMNS = ("name", "calls", "total_ns", "self_ns", "mean_ns", "device_ns", "flops", "flops_per_s", "share")
+
 
 def kind_counts(trace: Trace) -> dict[str, int]:
     """Events per kind, most frequent first."""
@@ -65,10 +67,11 @@ def phase_window(trace: Trace, name: str = "measure") -> tuple[int, int] | None:
 def op_table(trace: Trace, kinds: tuple[str, ...] = ("op",), window: tuple[int, int] | None = None) -> pd.DataFrame:
     """Per name of the given kinds: calls, total/self/mean ns, device ns launched, flops, share.
 
-    | name | calls | total_ns | self_ns | mean_ns | device_ns | flops | share |
+    | name | calls | total_ns | self_ns | mean_ns | device_ns | flops | flops_per_s | share |
 
-    Only events starting inside `window` (ns) count when one is given. `share` is the fraction of all
-    self time of those kinds; sorted by total time.
+    Only events starting inside `window` (ns) count when one is given. `flops_per_s` is achieved
+    FLOP/s: over the device time launched where the op launched device work, else over its own time.
+    `share` is the fraction of all self time of those kinds; sorted by total time.
     """
     events = trace.df()
     events = events.assign(self_ns=self_time_ns(events), device_ns=device_time_launched_ns(events))
@@ -76,8 +79,7 @@ def op_table(trace: Trace, kinds: tuple[str, ...] = ("op",), window: tuple[int, 
     if window is not None:
         rows = rows[(rows["start_ns"] >= window[0]) & (rows["start_ns"] < window[1])]
     if rows.empty:
-        return pd.DataFrame(columns=["name", "calls", "total_ns", "self_ns", "mean_ns", "device_ns",
-                                     "flops", "share"])
+        return pd.DataFrame(columns=[*OP_TABLE_COLUMNS])
     grouped = rows.groupby(rows["name"].astype(str), observed=True)
     table = pd.DataFrame({
         "calls": grouped.size(),
@@ -87,7 +89,10 @@ def op_table(trace: Trace, kinds: tuple[str, ...] = ("op",), window: tuple[int, 
         "flops": grouped["flops"].sum(min_count=1),
     })
     table["mean_ns"] = table["total_ns"] / table["calls"]
+    seconds = np.where(table["device_ns"] > 0, table["device_ns"], table["total_ns"]) / 1e9
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table["flops_per_s"] = np.where(seconds > 0, table["flops"].to_numpy(dtype=np.float64) / seconds, np.nan)
     total_self = table["self_ns"].sum()
     table["share"] = table["self_ns"] / total_self if total_self else 0.0
     table = table.reset_index(names="name").sort_values("total_ns", ascending=False, ignore_index=True)
-    return table[["name", "calls", "total_ns", "self_ns", "mean_ns", "device_ns", "flops", "share"]]
+    return table[[*OP_TABLE_COLUMNS]]

@@ -16,7 +16,6 @@ Names come from traces and are untrusted: every cell renders through a text form
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 from bokeh.layouts import column
 from bokeh.models import ColumnDataSource, CustomJS, DataTable, Div, NumberFormatter, StringFormatter, TableColumn
 from bokeh.models.layouts import LayoutDOM
@@ -66,7 +65,7 @@ def op_table_view(trace: Trace, kinds: tuple[str, ...] = ("op",), window: tuple[
         "share": table["share"].to_numpy(dtype=np.float64),
         "device": table["device_ns"].to_numpy() / scale,
         "gflop": table["flops"].to_numpy(dtype=np.float64) / 1e9,
-        "gflops": _achieved_flops_per_s(table) / 1e9,
+        "gflops": table["flops_per_s"].to_numpy(dtype=np.float64) / 1e9,
     })
     time_format = NumberFormatter(format="0,0.000")
     columns = [
@@ -87,13 +86,6 @@ def op_table_view(trace: Trace, kinds: tuple[str, ...] = ("op",), window: tuple[
     heading = Div(text=f"{label}: {len(table):,} names, {scope}; select rows to highlight them in the timeline",
                   render_as_text=True)
     return column(heading, data_table)
-
-
-def _achieved_flops_per_s(table: pd.DataFrame) -> np.ndarray:
-    """FLOPs per second of each row: over its device time launched where it launched any, else its total time."""
-    seconds = np.where(table["device_ns"] > 0, table["device_ns"], table["total_ns"]) / 1e9
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(seconds > 0, table["flops"].to_numpy(dtype=np.float64) / seconds, np.nan)
 
 
 def link_table_to_timeline(table_source: ColumnDataSource, *span_sources: ColumnDataSource) -> CustomJS:
