@@ -1,0 +1,374 @@
+"""What the op timeline draws: lanes, the real spans of a time window, and multi-resolution density.
+
+Pure functions over a `Trace` (no plotting). They read the Arrow columns as numpy arrays and never
+build per-event Python objects, so they scale to traces of ten million events.
+
+Level of detail: `density` cuts the trace's time range into `bins` equal bins at level 0 and twice
+as many at each further level. Per lane and bin it stores the number of events starting there (so
+counts add up to the lane's events at every level), the busy fraction (the union of the lane's span
+time inside the bin over the bin width) and the dominant kind and name (most span time in the bin).
+A view shows real spans while its visible window holds at most a budget of them (`detail_window`
+finds such a window) and otherwise the density level whose bins are no wider than a pixel
+(`select_level`): a span narrower than a pixel cannot be drawn as itself anyway.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from workbench.trace import Trace
+
+STEP_NAME = re.compile(r"(ProfilerStep#\d+|step[ #_]?\d+)", re.IGNORECASE)
+"""Annotation names that mark one iteration (torch.profiler's and the workbench's own)."""
+
+PHASE_NAMES = frozenset({"load", "compile", "warmup", "measure"})
+"""Annotation names of the workbench's lifecycle phases (see `workbench.capture.phases`)."""
+
+SPAN_COLUMNS = ("row", "lane", "depth", "start_ns", "end_ns", "dur_ns", "name", "kind", "shapes", "flops",
+                "launcher", "launched")
+"""Columns of `spans`, in order."""
+
+DENSITY_COLUMNS = ("level", "lane", "bin", "start_ns", "end_ns", "busy", "count", "kind", "name")
+"""Columns of `Density.cells`, in order."""
+
+_START_WEIGHT = 1e-3
+"""Weight (in ns of span time) of an event starting in a bin when ranking a bin's names: it only
+breaks ties and names bins that hold no span time (instants, or annotations alone)."""
+
+
+@dataclass(frozen=True)
+class Density:
+    """Multi-resolution density of a trace: level `l` cuts [origin_ns, origin_ns + span_ns) into `bins[l]` bins.
+
+    `cells` has one row per (level, lane, bin) holding an event start or span time; `busy` in [0, 1].
+    """
+
+    origin_ns: int
+    span_ns: int
+    bins: tuple[int, ...]
+    cells: pd.DataFrame
+
+    def bin_ns(self, level: int) -> float:
+        """Width of one bin at `level`, in ns."""
+        return self.span_ns / self.bins[level]
+
+
+def lanes(trace: Trace) -> pd.DataFrame:
+    """One row per track, in drawing order.
+
+    | lane | device | track | label | events | max_depth |
+
+    Devices come CPU first, then accelerators by type and index (cuda:0, cuda:1, ..., tpu:0). Within
+    the CPU, threads are ordered by activity (most events first); within a device, by the number in
+    the track (stream 7 before stream 20). `label` is the track without its device prefix.
+    """
+    track_codes, track_names = _codes(trace.events["track"])
+    device_codes, device_names = _codes(trace.events["device"])
+    depth = _numpy(trace.events["depth"])
+    present, first_row, events = np.unique(track_codes, return_index=True, return_counts=True)
+    max_depth = pd.Series(depth).groupby(track_codes).max().reindex(present).to_numpy()
+    table = pd.DataFrame({
+        "device": device_names[device_codes[first_row]].astype(str),
+        "track": track_names[present].astype(str),
+        "events": events.astype(np.int64),
+        "max_depth": max_depth.astype(np.int64),
+    })
+    pairs = zip(table["track"], table["device"], strict=True)
+    table["label"] = [_strip_device(track, device) for track, device in pairs]
+    order = sorted(range(len(table)), key=lambda i: _lane_key(table.iloc[i]))
+    table = table.iloc[order].reset_index(drop=True)
+    table.insert(0, "lane", np.arange(len(table), dtype=np.int64))
+    return table[["lane", "device", "track", "label", "events", "max_depth"]]
+
+
+def spans(trace: Trace, window: tuple[int, int] | None = None, lane_table: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The events overlapping `window` ([start, end) in ns; all when None), one row each, by row.
+
+    Columns `SPAN_COLUMNS`: `row` is the event's row in the trace, `launcher` the row of the host op
+    that launched it (-1 if none or unknown), `launched` the number of device events it launched.
+    An instant (0 ns) counts as 1 ns long for the overlap test, so it belongs to the window it is in.
+    """
+    lane_table = lanes(trace) if lane_table is None else lane_table
+    start, end = _bounds(trace)
+    rows = np.flatnonzero(_overlaps(start, end, window)) if window is not None else np.arange(len(start))
+    events = trace.events
+    launcher = _numpy(events["launcher"])
+    linked = launcher >= 0
+    launched = np.bincount(launcher[linked], minlength=len(launcher))
+    picked = events.select(["name", "kind", "shapes", "flops"]).take(pa.array(rows, type=pa.int64()))
+    return pd.DataFrame({
+        "row": rows,
+        "lane": _lane_of_rows(trace, lane_table)[rows],
+        "depth": _numpy(events["depth"])[rows].astype(np.int64),
+        "start_ns": start[rows],
+        "end_ns": end[rows],
+        "dur_ns": end[rows] - start[rows],
+        "name": _strings(picked["name"]),
+        "kind": _strings(picked["kind"]),
+        "shapes": _strings(picked["shapes"]),
+        "flops": _numpy(picked["flops"]).astype(np.float64),
+        "launcher": launcher[rows],
+        "launched": launched[rows].astype(np.int64),
+    }, columns=list(SPAN_COLUMNS))
+
+
+def count_spans(trace: Trace, window: tuple[int, int]) -> int:
+    """How many events overlap `window` ([start, end) in ns), as `spans` counts them."""
+    start, end = _bounds(trace)
+    return int(np.count_nonzero(_overlaps(start, end, window)))
+
+
+def detail_window(trace: Trace, budget: int, start_ns: int | None = None) -> tuple[int, int]:
+    """The longest window [start_ns, end) holding at most `budget` events (as `spans` counts them).
+
+    By default it is the whole trace when that holds at most `budget` events, else it starts at the
+    first step (`phases`), or at the trace's start when there is none.
+    """
+    start, end = _bounds(trace)
+    if len(start) == 0:
+        return 0, 0
+    first, last = int(start.min()), int(np.maximum(end, start + 1).max())
+    if start_ns is None:
+        if len(start) <= budget:
+            return first, last
+        steps = phases(trace)
+        steps = steps[steps["tier"] == 1]
+        start_ns = int(steps["start_ns"].min()) if len(steps) else first
+    ended_before = int(np.count_nonzero(np.maximum(end, start + 1) <= start_ns))
+    k = budget + ended_before
+    if k >= len(start):
+        return start_ns, last
+    window_end = int(np.partition(start, k)[k])  # fewer than k+1 events start before it
+    return start_ns, max(window_end, start_ns)
+
+
+def phases(trace: Trace) -> pd.DataFrame:
+    """Step and phase annotations, to draw as bands: | name | start_ns | end_ns | tier |.
+
+    Tier 0 holds the lifecycle phases (load, compile, warmup, measure), tier 1 the steps
+    (`ProfilerStep#N`, `step N`): annotations, or ops where older Kineto traces record steps so. A
+    name recorded on several tracks (a step is annotated on the host and again on the GPU) keeps its
+    host span. Sorted by tier, then start.
+    """
+    rows, tier = _markers(trace)
+    names = trace.events["name"].take(pa.array(rows, type=pa.int64()))
+    start, end = _bounds(trace)
+    device_codes, device_names = _codes(trace.events["device"])
+    table = pd.DataFrame({
+        "name": _strings(names),
+        "start_ns": start[rows],
+        "end_ns": end[rows],
+        "tier": tier.astype(np.int64),
+        "host": device_names[device_codes[rows]] == "cpu",
+    })
+    table = table.sort_values(["host", "start_ns"], ascending=[False, True], kind="stable")
+    table = table.drop_duplicates("name").sort_values(["tier", "start_ns"], kind="stable")
+    return table.drop(columns="host").reset_index(drop=True)
+
+
+def density(trace: Trace, *, bins: int = 2048, levels: int = 4, lane_table: pd.DataFrame | None = None) -> Density:
+    """Per lane density bars at `levels` resolutions: `bins`, 2·`bins`, 4·`bins`, ... bins over the trace.
+
+    Busy time is the union of the lane's spans other than annotations and step markers (they mark
+    regions rather than do work), except on a lane holding nothing else. Vectorized numpy: memory is
+    a few arrays of the event count, never per-event Python objects.
+    """
+    lane_table = lanes(trace) if lane_table is None else lane_table
+    start, end = _bounds(trace)
+    n_lanes = len(lane_table)
+    level_bins = tuple(bins * 2**level for level in range(levels))
+    if len(start) == 0:
+        return Density(0, 1, level_bins, pd.DataFrame(columns=list(DENSITY_COLUMNS)))
+    origin = int(start.min())
+    span = max(int(end.max()) - origin, 1)
+    lane = _lane_of_rows(trace, lane_table)
+    kind_codes, kind_names = _codes(trace.events["kind"])
+    name_codes, name_names = _codes(trace.events["name"])
+    depth = _numpy(trace.events["depth"])
+    busy_rows = np.flatnonzero(_busy_rows(trace, lane, n_lanes) & (end > start))
+    union = _union(lane[busy_rows], start[busy_rows] - origin, end[busy_rows] - origin, span)
+    # Computed once at the finest level; each coarser level merges pairs of bins (bin b of a lane at
+    # level l is bins 2b and 2b+1 at level l+1, so cell index c becomes c // 2).
+    finest = level_bins[-1]
+    width = span / finest
+    start_cell = lane.astype(np.int64) * finest + np.minimum(((start - origin) / width).astype(np.int64), finest - 1)
+    counts = np.bincount(start_cell, minlength=n_lanes * finest)
+    union_cell, union_time, _ = _spread(*union, width, finest)
+    busy_ns = np.bincount(union_cell, weights=union_time, minlength=n_lanes * finest)
+    span_cell, span_time, owner = _spread(lane[busy_rows], start[busy_rows] - origin, end[busy_rows] - origin,
+                                          width, finest)
+    row = np.concatenate([busy_rows[owner], np.arange(len(start))])
+    # Ties (nested spans covering the same time) go to the deeper, more specific span.
+    weight = np.concatenate([span_time * (1 + 1e-6 * depth[busy_rows[owner]]), np.full(len(start), _START_WEIGHT)])
+    totals = _totals(np.concatenate([span_cell, start_cell]), name_codes[row] * len(kind_names) + kind_codes[row],
+                     weight)
+    del span_cell, span_time, owner, row, weight
+    frames = []
+    for level in reversed(range(levels)):
+        n_bins = level_bins[level]
+        if n_bins < finest:
+            counts, busy_ns = counts.reshape(-1, 2).sum(axis=1), busy_ns.reshape(-1, 2).sum(axis=1)
+            totals = _totals(totals[0] // 2, totals[1], totals[2])
+        width = span / n_bins
+        busy = np.minimum(busy_ns / width, 1.0)
+        nonempty = np.flatnonzero((counts > 0) | (busy > 0))
+        dominant = _dominant(*totals, nonempty)
+        frames.append(pd.DataFrame({
+            "level": np.full(len(nonempty), level, dtype=np.int64),
+            "lane": nonempty // n_bins,
+            "bin": nonempty % n_bins,
+            "start_ns": origin + np.round(nonempty % n_bins * width).astype(np.int64),
+            "end_ns": origin + np.round((nonempty % n_bins + 1) * width).astype(np.int64),
+            "busy": busy[nonempty],
+            "count": counts[nonempty].astype(np.int64),
+            "kind": pd.Categorical.from_codes(dominant % len(kind_names), kind_names),
+            "name": pd.Categorical.from_codes(dominant // len(kind_names), name_names),
+        }))
+    return Density(origin, span, level_bins, pd.concat(frames[::-1], ignore_index=True))
+
+
+def select_level(density: Density, visible_ns: float, width_px: int) -> int:
+    """The coarsest level whose bins are no wider than a pixel of a `width_px` wide view of `visible_ns`.
+
+    The finest level when even its bins are wider: the view then shows bars a few pixels wide.
+    """
+    pixel_ns = visible_ns / max(width_px, 1)
+    for level in range(len(density.bins)):
+        if density.bin_ns(level) <= pixel_ns:
+            return level
+    return len(density.bins) - 1
+
+
+def _lane_of_rows(trace: Trace, lane_table: pd.DataFrame) -> np.ndarray:
+    """The lane of every event row (int32), given the `lanes` table of the same trace."""
+    track_codes, track_names = _codes(trace.events["track"])
+    lane_by_track = dict(zip(lane_table["track"], lane_table["lane"], strict=True))
+    lane_of_code = np.array([lane_by_track.get(name, -1) for name in track_names], dtype=np.int32)
+    return lane_of_code[track_codes]
+
+
+def _markers(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of the step and phase markers and their tier (0 phase, 1 step); see `phases`."""
+    name_codes, dictionary = _codes(trace.events["name"])
+    tier_of_name = np.array([0 if n in PHASE_NAMES else 1 if STEP_NAME.fullmatch(n) else -1 for n in dictionary],
+                            dtype=np.int8)
+    tier = tier_of_name[name_codes] if len(dictionary) else np.zeros(len(name_codes), dtype=np.int8)
+    kind_codes, kind_names = _codes(trace.events["kind"])
+    is_annotation = np.isin(kind_codes, np.flatnonzero(kind_names == "annotation"))
+    is_op = np.isin(kind_codes, np.flatnonzero(kind_names == "op"))
+    rows = np.flatnonzero((is_annotation & (tier >= 0)) | (is_op & (tier == 1)))
+    return rows, tier[rows]
+
+
+def _busy_rows(trace: Trace, lane: np.ndarray, n_lanes: int) -> np.ndarray:
+    """Which rows' span time counts as busy: all but annotations and step markers, unless a lane holds
+    nothing else."""
+    kind_codes, kind_names = _codes(trace.events["kind"])
+    marker = np.isin(kind_codes, np.flatnonzero(kind_names == "annotation"))
+    marker[_markers(trace)[0]] = True
+    has_work = np.bincount(lane[~marker], minlength=n_lanes) > 0
+    return ~marker | ~has_work[lane]
+
+
+def _totals(cell: np.ndarray, code: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Weight summed per (cell, code) pair: (cell, code, total) with one entry per pair present."""
+    n_codes = int(code.max()) + 1 if len(code) else 1
+    summed = pd.Series(weight).groupby(cell * n_codes + code, sort=False).sum()  # hashing: no full sort
+    keys = summed.index.to_numpy()
+    return keys // n_codes, keys % n_codes, summed.to_numpy()
+
+
+def _dominant(cell: np.ndarray, code: np.ndarray, total: np.ndarray, cells: np.ndarray) -> np.ndarray:
+    """For each of the sorted `cells`, the code with the largest total there (every cell must have one)."""
+    order = np.lexsort((-total, cell))
+    best = order[np.r_[True, cell[order][1:] != cell[order][:-1]]]
+    return code[best][np.searchsorted(cell[best], cells)]
+
+
+def _union(lane: np.ndarray, start: np.ndarray, end: np.ndarray, span: int) -> tuple[np.ndarray, ...]:
+    """The union of intervals per lane, as (lane, start, end) of disjoint intervals."""
+    if len(start) == 0:
+        return lane, start, end
+    shift = lane.astype(np.int64) * (2 * span + 2)  # lanes apart on one axis, so one running max serves all
+    order = np.lexsort((start, lane))
+    s, e = start[order] + shift[order], end[order] + shift[order]
+    reach = np.maximum.accumulate(e)
+    head = np.ones(len(s), dtype=bool)
+    head[1:] = s[1:] > reach[:-1]
+    first = np.flatnonzero(head)
+    merged_end = np.maximum.reduceat(e, first)
+    return lane[order][first], s[first] - shift[order][first], merged_end - shift[order][first]
+
+
+def _spread(lane: np.ndarray, start: np.ndarray, end: np.ndarray, width: float,
+            n_bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cut intervals (ns from the origin) at bin edges: per piece its cell (lane·n_bins + bin), its
+    length in ns and the index of the interval it came from."""
+    first = np.minimum((start / width).astype(np.int64), n_bins - 1)
+    last = np.clip(np.ceil(end / width).astype(np.int64) - 1, first, n_bins - 1)
+    whole = np.flatnonzero(first == last)  # most intervals sit inside one bin: nothing to cut
+    cut = np.flatnonzero(first != last)
+    pieces = last[cut] - first[cut] + 1
+    cut_owner = np.repeat(cut, pieces)
+    cut_bin = first[cut_owner] + np.arange(len(cut_owner)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    cut_overlap = np.minimum(end[cut_owner], (cut_bin + 1) * width) - np.maximum(start[cut_owner], cut_bin * width)
+    owner = np.concatenate([whole, cut_owner])
+    bin_ = np.concatenate([first[whole], cut_bin])
+    overlap = np.concatenate([(end[whole] - start[whole]).astype(np.float64), np.maximum(cut_overlap, 0.0)])
+    return lane[owner].astype(np.int64) * n_bins + bin_, overlap, owner
+
+
+def _bounds(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of every event, int64 ns."""
+    start = _numpy(trace.events["start_ns"])
+    return start, start + _numpy(trace.events["dur_ns"])
+
+
+def _overlaps(start: np.ndarray, end: np.ndarray, window: tuple[int, int]) -> np.ndarray:
+    """Events overlapping [window): an instant counts as 1 ns long."""
+    return (start < window[1]) & (np.maximum(end, start + 1) > window[0])
+
+
+def _numpy(column: pa.ChunkedArray) -> np.ndarray:
+    """A numeric column as one numpy array (no copy when the column has a single chunk)."""
+    return column.to_numpy()
+
+
+def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes and dictionary (an object array) of a dictionary-encoded string column."""
+    combined = column.combine_chunks()
+    if combined.null_count:
+        combined = pc.fill_null(combined.dictionary_decode(), "").dictionary_encode()
+    codes = combined.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return codes, np.asarray(combined.dictionary.to_pylist(), dtype=object)
+
+
+def _strings(column: pa.ChunkedArray) -> np.ndarray:
+    """A (possibly dictionary-encoded) string column as an object array, nulls as ''."""
+    if pa.types.is_dictionary(column.type):
+        column = column.cast(pa.string())
+    return np.asarray(pc.fill_null(column, "").to_pylist(), dtype=object)
+
+
+def _strip_device(track: str, device: str) -> str:
+    prefix = f"{device}/"
+    return track[len(prefix):] if track.startswith(prefix) else track
+
+
+def _natural(text: str) -> tuple:
+    """Sort key comparing the numbers inside a text by value ('stream 7' < 'stream 20')."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
+
+
+def _lane_key(lane: pd.Series) -> tuple:
+    device = str(lane["device"])
+    kind, _, index = device.partition(":")
+    device_key = (0, "", 0) if device == "cpu" else (1, kind, int(index) if index.isdigit() else 0)
+    within = (-int(lane["events"]), _natural(lane["label"])) if device == "cpu" else (_natural(lane["label"]),)
+    return device_key, within

@@ -1,0 +1,1 @@
+"""Views: functions that build Bokeh layouts from analysis DataFrames (they never parse files)."""
