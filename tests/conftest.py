@@ -32,3 +32,26 @@ def write_trace(path: Path, events: list[dict[str, Any]], **top: Any) -> Path:
     doc = {"schemaVersion": 1, **top, "traceEvents": events}
     path.write_text(json.dumps(doc, indent=1))
     return path
+
+
+TINY_CAPTURE = ["--model", "tiny-gpt", "--set", "d_model=32", "--set", "layers=1", "--set", "heads=2",
+                "--batch", "2", "--seq", "8", "--iterations", "3", "--warmup", "1"]
+"""`workbench capture` options for a model small enough to capture in seconds."""
+
+PAYLOADS = ("<img src=x onerror=alert(1)>", "</script><script>window.__pwned = 1</script>")
+"""Script-injection attempts used as op and kernel names."""
+
+
+def payload_trace(path: Path) -> Path:
+    """A small GPU-like trace whose op and kernel names are the `PAYLOADS`."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": PAYLOADS[0], "pid": 1, "tid": 1, "ts": 100, "dur": 50,
+         "args": {"External id": 1, "Input Dims": [[2, 2]]}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 110, "dur": 5,
+         "args": {"correlation": 9}},
+        {"ph": "X", "cat": "kernel", "name": PAYLOADS[1], "pid": 0, "tid": 7, "ts": 120, "dur": 20,
+         "args": {"correlation": 9, "device": 0, "stream": 7}},
+        {"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": 112,
+         "args": {"Device Type": 1, "Device Id": 0, "Addr": 4096, "Bytes": 256, "Total Allocated": 256}},
+    ]
+    return write_trace(path, events)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from conftest import fixture_path, write_trace
+from conftest import TINY_CAPTURE, fixture_path, write_trace
 
 from workbench.cli import main
 
@@ -140,13 +140,11 @@ def test_import_real_fixture_counts(runner, tmp_path):
     assert summary["events"]["op"] == 31236
 
 
-TINY = ["--model", "tiny-gpt", "--set", "d_model=32", "--set", "layers=1", "--set", "heads=2",
-        "--batch", "2", "--seq", "8", "--iterations", "3", "--warmup", "1"]
 
 
 def test_capture_json_then_show(runner, tmp_path):
     root = tmp_path / "traces"
-    result = runner.invoke(main, ["capture", *TINY, "--variants", "eager,bf16", "--out", str(root), "--json"])
+    result = runner.invoke(main, ["capture", *TINY_CAPTURE, "--variants", "eager,bf16", "--out", str(root), "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert [r["variant"] for r in report["runs"]] == ["eager", "bf16"]
@@ -163,7 +161,7 @@ def test_capture_json_then_show(runner, tmp_path):
 
 
 def test_capture_unknown_variant_is_bad_input(runner, tmp_path):
-    result = runner.invoke(main, ["capture", *TINY, "--variants", "eager,warp-speed", "--out", str(tmp_path)])
+    result = runner.invoke(main, ["capture", *TINY_CAPTURE, "--variants", "eager,warp-speed", "--out", str(tmp_path)])
     assert result.exit_code == 2
     assert "warp-speed" in result.stderr
     assert "eager" in result.stderr  # lists the valid names
@@ -171,7 +169,7 @@ def test_capture_unknown_variant_is_bad_input(runner, tmp_path):
 
 
 def test_capture_bad_override(runner, tmp_path):
-    result = runner.invoke(main, ["capture", *TINY, "--set", "layers", "--out", str(tmp_path)])
+    result = runner.invoke(main, ["capture", *TINY_CAPTURE, "--set", "layers", "--out", str(tmp_path)])
     assert result.exit_code == 2
     assert "KEY=VALUE" in result.stderr
 
