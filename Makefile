@@ -18,9 +18,9 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-## Capture the default experiment (tiny-gpt; eager, bf16, compile, int8) and print its summary.
+## Capture the default experiment (tiny-gpt; eager, bf16, compile, int8), print its summary, write its report.
 demo: setup
-	$(VENV)/bin/workbench capture --threads 1
+	$(VENV)/bin/workbench capture --threads 1 --report traces/report.html
 
 ## Lint and run the whole test suite.
 test: setup

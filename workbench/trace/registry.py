@@ -99,3 +99,16 @@ def _read_kineto(path: Path) -> Trace:
 
 
 register_format(TraceFormat("kineto", (".json", ".json.gz"), _looks_like_json, _read_kineto))
+
+
+def _looks_like_sqlite(head: bytes) -> bool:
+    return head.startswith(b"SQLite format 3\x00")
+
+
+def _read_nsys(path: Path) -> Trace:
+    from workbench.trace.nsys import read_nsys
+
+    return read_nsys(path)
+
+
+register_format(TraceFormat("nsys", (".sqlite", ".nsys.sqlite"), _looks_like_sqlite, _read_nsys))
