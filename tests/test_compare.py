@@ -64,3 +64,18 @@ def test_compare_view_builds_and_escapes_names(experiment):
     assert all(isinstance(c.formatter, StringFormatter) for c in summary.columns if c.field == "variant")
     html = file_html(layout, INLINE, "compare")
     assert "aten::linear" in html
+
+
+def test_stacked_timelines_share_an_axis_aligned_on_step_zero(experiment):
+    from bokeh.plotting import figure as figure_type
+
+    from workbench.analysis.compare import aligned_on_first_step, first_step_ns
+
+    layout = compare(experiment)
+    timelines = [f for f in layout.select({"type": figure_type}) if str(f.title.text).startswith("Timeline")]
+    assert len(timelines) == 2
+    assert timelines[0].x_range is timelines[1].x_range
+    trace = experiment[0].trace()
+    aligned = aligned_on_first_step(trace)
+    assert first_step_ns(aligned) == 0
+    assert aligned.metadata["aligned_offset_ns"] == first_step_ns(trace) > 0

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from workbench.analysis.breakdown import memory_peaks, op_table, phase_window
 from workbench.analysis.summary import display_name
@@ -79,6 +80,27 @@ def steps_in(trace: Trace) -> int:
     events = trace.df()
     names = events.loc[events["kind"] == "annotation", "name"].astype(str)
     return max(int(names.str.match(STEP_NAME).sum()), 1)
+
+
+def first_step_ns(trace: Trace) -> int:
+    """Start of the first profiled step (else of the `measure` phase, else the trace origin)."""
+    events = trace.df()
+    annotations = events[events["kind"] == "annotation"]
+    steps = annotations[annotations["name"].astype(str).str.match(STEP_NAME)]
+    if not steps.empty:
+        return int(steps["start_ns"].min())
+    window = phase_window(trace, "measure")
+    return window[0] if window else 0
+
+
+def aligned_on_first_step(trace: Trace) -> Trace:
+    """The trace with its times shifted so that its first profiled step starts at 0 ns."""
+    offset = first_step_ns(trace)
+    events = trace.events.set_column(0, "start_ns", pc.subtract(trace.events["start_ns"], offset))
+    memory = trace.memory.set_column(0, "ts_ns", pc.subtract(trace.memory["ts_ns"], offset))
+    counters = trace.counters.set_column(0, "ts_ns", pc.subtract(trace.counters["ts_ns"], offset))
+    return Trace(events=events, memory=memory, counters=counters,
+                 metadata={**trace.metadata, "aligned_offset_ns": offset})
 
 
 def op_comparison(traces: dict[str, Trace]) -> pd.DataFrame:

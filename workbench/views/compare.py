@@ -14,14 +14,25 @@ from bokeh.models import (
     HoverTool,
     NumberFormatter,
     Paragraph,
+    Range1d,
     StringFormatter,
     TableColumn,
 )
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
-from workbench.analysis.compare import fusion_summary, latency_samples, op_comparison, variant_table
+from workbench.analysis.breakdown import phase_window
+from workbench.analysis.compare import (
+    aligned_on_first_step,
+    fusion_summary,
+    latency_samples,
+    op_comparison,
+    variant_table,
+)
+from workbench.analysis.timeline import count_spans
+from workbench.trace import Trace
 from workbench.trace.bundle import Bundle
+from workbench.views.timeline import timeline
 
 SUMMARY_COLUMNS = [
     ("variant", "variant", None), ("status", "status", None), ("p50_ms", "p50 ms", "0.000"),
@@ -54,6 +65,31 @@ def compare(bundles: Sequence[Bundle], reference: str = "eager", *, width: int =
                                width=width))
         parts.append(data_table(ops, [(c, c, None if c in ("name", "kind") else "0.000") for c in ops.columns],
                                 width=width, height=420))
+        parts.append(stacked_timelines(traces, width=width))
+    return column(*parts)
+
+
+def stacked_timelines(traces: dict[str, Trace], *, width: int = 1100, max_spans: int = 20_000):
+    """The variants' timelines one above the other, each shifted so that its first profiled step starts at
+    0, on one shared time axis (zooming one zooms all); they open on the steady state."""
+    aligned = {variant: aligned_on_first_step(trace) for variant, trace in traces.items()}
+    windows = {variant: phase_window(trace, "measure") for variant, trace in aligned.items()}
+    ends = [w[1] for w in windows.values() if w] or [int(t.events["start_ns"].to_numpy().max(initial=1))
+                                                       for t in aligned.values()]
+    starts = [int(t.events["start_ns"].to_numpy().min(initial=0)) for t in aligned.values()]
+    lasts = [int((t.events["start_ns"].to_numpy() + t.events["dur_ns"].to_numpy()).max(initial=1))
+             for t in aligned.values()]
+    end = max(ends)
+    margin = max(end * 0.02, 1)
+    x_range = Range1d(-margin, end + margin, bounds=(min(starts) - margin, max(lasts) + margin))
+    parts = [Paragraph(text="timelines aligned on each variant's first profiled step (shared time axis)",
+                       width=width)]
+    for variant, trace in aligned.items():
+        parts.append(Paragraph(text=variant, width=width, styles={"font-weight": "bold"}))
+        detail = (-int(2 * margin), int(end + 2 * margin))  # a bit wider than the view, so it opens on spans
+        fits = count_spans(trace, detail) <= max_spans
+        parts.append(timeline(trace, x_range=x_range, width=width, max_spans=max_spans,
+                              detail=detail if fits else None))
     return column(*parts)
 
 
