@@ -4,10 +4,18 @@
     runs = wb.capture(model="tiny-gpt", variants=("eager", "bf16"))
     wb.show(runs)
 
-Importing the package loads nothing heavy (no torch, jax or bokeh); the front door's functions
-import what they need when called.
+Importing the package loads nothing (no torch, jax, bokeh or pyarrow): the front door's functions
+(`workbench.notebook`) load on first use, so `import workbench.trace` stays light too.
 """
 
-from workbench.notebook import capture, compare, show
+from typing import Any
 
 __all__ = ["capture", "compare", "show"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from workbench import notebook
+
+        return getattr(notebook, name)
+    raise AttributeError(f"module 'workbench' has no attribute {name!r}")
