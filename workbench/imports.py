@@ -42,6 +42,6 @@ def import_traces(paths: Sequence[str | os.PathLike[str]], root: Path) -> list[s
 
 def _stem(path: Path) -> str:
     name = path.name
-    for suffix in (".gz", ".json", ".pt.trace", ".trace"):
+    for suffix in (".gz", ".json", ".sqlite", ".nsys", ".pt.trace", ".trace"):
         name = name.removesuffix(suffix)
     return name or "trace"

@@ -50,7 +50,9 @@ def run_summary(bundle: Bundle, top: int = 10) -> dict[str, Any]:
     summary["memory_peak_bytes"] = memory_peaks(trace)
     window = phase_window(trace, "measure")  # a capture's steady state; imports have none
     summary["ops_window"] = "measure" if window else "whole trace"
-    summary["top_ops"] = _records(op_table(trace, ("op",), window).head(top))
+    # Nsight exports carry framework ops as NVTX ranges (annotations): rank those when there are no ops.
+    op_kinds = ("op",) if summary["ops"] else ("annotation",)
+    summary["top_ops"] = _records(op_table(trace, op_kinds, window).head(top))
     summary["top_kernels"] = _records(op_table(trace, ("kernel",), window).head(top))
     return summary
 
