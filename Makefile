@@ -7,7 +7,7 @@ TORCH  ?= torch==2.13.0
 EXTRAS ?= dev
 STAMP  := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: setup demo test lint bench-ingest clean
+.PHONY: setup demo test lint bench-ingest bench-report clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -33,6 +33,10 @@ lint: setup
 ## Kineto ingest benchmark: workbench reader vs HolisticTraceAnalysis vs json.load on 1M events.
 bench-ingest: setup
 	$(PY) benchmarks/ingest.py
+
+## Report benchmark: dashboard and HTML report for 100k, 1M and 10M-event traces (time, size, peak RSS).
+bench-report: setup
+	$(PY) benchmarks/report.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

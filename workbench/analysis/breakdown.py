@@ -7,7 +7,8 @@ import pandas as pd
 
 from workbench.trace import Trace
 
-OP_TABLE_COLUMNS = ("name", "calls", "total_ns", "self_ns", "mean_ns", "device_ns", "flops", "flops_per_s", "share")
+OP_TABLE_COLUMNS = ("name", "calls", "total_ns", "self_ns", "mean_ns", "device_ns", "flops", "flops_per_s", "share",
+                    "step_share")
 
 
 def kind_counts(trace: Trace) -> dict[str, int]:
@@ -67,11 +68,13 @@ def phase_window(trace: Trace, name: str = "measure") -> tuple[int, int] | None:
 def op_table(trace: Trace, kinds: tuple[str, ...] = ("op",), window: tuple[int, int] | None = None) -> pd.DataFrame:
     """Per name of the given kinds: calls, total/self/mean ns, device ns launched, flops, share.
 
-    | name | calls | total_ns | self_ns | mean_ns | device_ns | flops | flops_per_s | share |
+    | name | calls | total_ns | self_ns | mean_ns | device_ns | flops | flops_per_s | share | step_share |
 
     Only events starting inside `window` (ns) count when one is given. `flops_per_s` is achieved
     FLOP/s: over the device time launched where the op launched device work, else over its own time.
-    `share` is the fraction of all self time of those kinds; sorted by total time.
+    `share` is the fraction of all self time of those kinds; `step_share` the fraction of the wall time
+    of the window (the profiled steps of a capture; the whole trace without one) that the name's calls
+    span (nested names overlap, so these do not add up to 1). Sorted by total time.
     """
     events = trace.df()
     events = events.assign(self_ns=self_time_ns(events), device_ns=device_time_launched_ns(events))
@@ -94,5 +97,15 @@ def op_table(trace: Trace, kinds: tuple[str, ...] = ("op",), window: tuple[int, 
         table["flops_per_s"] = np.where(seconds > 0, table["flops"].to_numpy(dtype=np.float64) / seconds, np.nan)
     total_self = table["self_ns"].sum()
     table["share"] = table["self_ns"] / total_self if total_self else 0.0
+    table["step_share"] = table["total_ns"] / _span_ns(events, window)
     table = table.reset_index(names="name").sort_values("total_ns", ascending=False, ignore_index=True)
     return table[[*OP_TABLE_COLUMNS]]
+
+
+def _span_ns(events: pd.DataFrame, window: tuple[int, int] | None) -> int:
+    """Wall time of the window, or of the whole trace, at least 1 ns."""
+    if window is not None:
+        return max(window[1] - window[0], 1)
+    if events.empty:
+        return 1
+    return max(int((events["start_ns"] + events["dur_ns"]).max() - events["start_ns"].min()), 1)

@@ -45,7 +45,7 @@ def op_table_view(trace: Trace, kinds: tuple[str, ...] = ("op",), window: tuple[
                   width: int = 1000, height: int = 400) -> LayoutDOM:
     """A sortable table of the events of `kinds` per name, most total time first (see `op_table`).
 
-    Columns: name, calls, total, self and mean time, share of self time, device time launched, and
+    Columns: name, calls, total, self and mean time, share of step time and of self time, device time launched, and
     GFLOP and achieved GFLOP/s where FLOPs are known. Times are in ms, or µs when the largest total is
     under 10 ms. Only events starting in `window` (ns) count when one is given. A trace without such
     events gives a note.
@@ -63,6 +63,7 @@ def op_table_view(trace: Trace, kinds: tuple[str, ...] = ("op",), window: tuple[
         "self": table["self_ns"].to_numpy() / scale,
         "mean": table["mean_ns"].to_numpy() / scale,
         "share": table["share"].to_numpy(dtype=np.float64),
+        "step_share": table["step_share"].to_numpy(dtype=np.float64),
         "device": table["device_ns"].to_numpy() / scale,
         "gflop": table["flops"].to_numpy(dtype=np.float64) / 1e9,
         "gflops": table["flops_per_s"].to_numpy(dtype=np.float64) / 1e9,
@@ -74,6 +75,7 @@ def op_table_view(trace: Trace, kinds: tuple[str, ...] = ("op",), window: tuple[
         TableColumn(field="total", title=f"total ({unit})", formatter=time_format),
         TableColumn(field="self", title=f"self ({unit})", formatter=time_format),
         TableColumn(field="mean", title=f"mean ({unit})", formatter=time_format),
+        TableColumn(field="step_share", title="share of step", formatter=NumberFormatter(format="0.0%")),
         TableColumn(field="share", title="share (self)", formatter=NumberFormatter(format="0.0%")),
         TableColumn(field="device", title=f"device ({unit})", formatter=time_format),
         TableColumn(field="gflop", title="GFLOP", formatter=NumberFormatter(format="0,0.000", nan_format="")),
