@@ -20,6 +20,14 @@ def test_import_loads_nothing_heavy():
     assert done.stdout.strip() == "[]"
 
 
+def test_capture_is_callable_even_after_the_capture_package_is_imported():
+    import workbench.capture  # as the experiment runner and the CLI do
+
+    assert wb.capture is workbench.capture
+    assert callable(wb.capture)
+    assert wb.capture.ProfileSettings is not None
+
+
 def test_capture_show_compare(tmp_path, monkeypatch):
     shown = []
     monkeypatch.setattr(bokeh.io, "show", shown.append)

@@ -14,6 +14,10 @@ __all__ = ["capture", "compare", "show"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "capture":  # the capture package, callable as the front door (see its docstring)
+        import workbench.capture
+
+        return workbench.capture
     if name in __all__:
         from workbench import notebook
 

@@ -3,7 +3,15 @@
 `phase(name)` labels a region for torch.profiler and NVTX at once; `TorchProfilerSession` records
 a Kineto trace; `profile_variant` runs a variant's whole labelled lifecycle under it; `attach_flops`
 joins the profiler's FLOP totals into the trace read back from the export.
+
+The package is also the notebook's `wb.capture(...)`: once imported, `workbench.capture` names this
+package (Python sets a subpackage as its parent's attribute), so the package is made callable and a
+call runs an experiment (`workbench.notebook.capture`).
 """
+
+import sys
+import types
+from typing import Any
 
 from workbench.capture.environment import environment
 from workbench.capture.flops import attach_flops
@@ -26,3 +34,15 @@ __all__ = [
     "progress_units",
     "step_label",
 ]
+
+
+class _CallablePackage(types.ModuleType):
+    """This package, callable as `wb.capture(...)`."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from workbench.notebook import capture
+
+        return capture(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallablePackage
