@@ -55,3 +55,21 @@ def payload_trace(path: Path) -> Path:
          "args": {"Device Type": 1, "Device Id": 0, "Addr": 4096, "Bytes": 256, "Total Allocated": 256}},
     ]
     return write_trace(path, events)
+
+
+def payload_report(tmp_path: Path) -> Path:
+    """Import `payload_trace` and write its HTML report with the CLI; return the report's path."""
+    import json
+
+    from click.testing import CliRunner
+
+    from workbench.cli import main
+
+    runner = CliRunner()
+    root = tmp_path / "payload-traces"
+    imported = runner.invoke(main, ["import", str(payload_trace(tmp_path / "evil.json")), "--out", str(root), "--json"])
+    (run_id,) = json.loads(imported.stdout)
+    report = tmp_path / "evil.html"
+    written = runner.invoke(main, ["report", run_id, "--out", str(root), "-o", str(report)])
+    assert written.exit_code == 0, written.output
+    return report

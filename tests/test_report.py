@@ -6,7 +6,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from conftest import PAYLOADS, TINY_CAPTURE, fixture_path, payload_trace
+from conftest import PAYLOADS, TINY_CAPTURE, fixture_path, payload_report
 
 from workbench.cli import main
 
@@ -61,12 +61,6 @@ def test_report_unknown_reference(tmp_path):
 
 
 def test_payload_names_are_not_live_html(tmp_path):
-    runner = CliRunner()
-    root = tmp_path / "t"
-    (run_id,) = json.loads(runner.invoke(main, ["import", str(payload_trace(tmp_path / "evil.json")),
-                                                "--out", str(root), "--json"]).stdout)
-    out = tmp_path / "evil.html"
-    assert runner.invoke(main, ["report", run_id, "--out", str(root), "-o", str(out)]).exit_code == 0
-    html = out.read_text()
+    html = payload_report(tmp_path).read_text()
     for payload in PAYLOADS:
         assert payload not in html

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import TINY_CAPTURE, payload_trace
+from conftest import TINY_CAPTURE, payload_report
 
 from workbench.cli import main
 
@@ -62,13 +61,7 @@ def test_experiment_report_draws_offline(tmp_path):
 
 
 def test_injected_names_do_not_execute(tmp_path):
-    runner = CliRunner()
-    root = tmp_path / "t"
-    (run_id,) = json.loads(runner.invoke(main, ["import", str(payload_trace(tmp_path / "evil.json")),
-                                                "--out", str(root), "--json"]).stdout)
-    report = tmp_path / "evil.html"
-    assert runner.invoke(main, ["report", run_id, "--out", str(root), "-o", str(report)]).exit_code == 0
-    seen = open_in_browser(report)
+    seen = open_in_browser(payload_report(tmp_path))
     assert seen["dialogs"] == []
     assert seen["pwned"] is False
     assert seen["errors"] == []
