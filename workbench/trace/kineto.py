@@ -33,8 +33,7 @@ import pyarrow as pa
 
 from workbench.errors import TraceFormatError
 from workbench.trace import schema
-from workbench.trace.columns import dict_array as _dict_array
-from workbench.trace.columns import factorize as _factorize
+from workbench.trace.columns import dict_array, factorize, lookup
 from workbench.trace.jsonstream import TraceEventStream
 from workbench.trace.kineto_categories import DEVICE_CATEGORIES, DEVICE_TYPES, KIND_BY_CATEGORY
 from workbench.trace.kineto_chunks import (
@@ -181,10 +180,10 @@ class _Assembler:
             {
                 "start_ns": start_ns,
                 "dur_ns": dur_ns,
-                "name": _dict_array(sel(name_codes), name_values),
-                "kind": _dict_array(kind, list(schema.KINDS)),
-                "device": _dict_array(sel(device_code) + 1, device_labels),
-                "track": _dict_array(track, track_labels),
+                "name": dict_array(sel(name_codes), name_values),
+                "kind": dict_array(kind, list(schema.KINDS)),
+                "device": dict_array(sel(device_code) + 1, device_labels),
+                "track": dict_array(track, track_labels),
                 "pid": sel(pid),
                 "tid": sel(tid),
                 "corr": corr,
@@ -266,9 +265,9 @@ class _Assembler:
     def _tracks(self, device_code: np.ndarray, lane: np.ndarray, pid: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """Track code per row and the track labels (`cpu/thread T`, `cuda:0/stream 7`)."""
         host_pid = np.where(device_code < 0, pid, -1)
-        keys = [_factorize(k) for k in (device_code, lane, host_pid)]
+        keys = [factorize(k) for k in (device_code, lane, host_pid)]
         combined = (keys[0][0].astype(np.int64) * len(keys[1][1]) + keys[1][0]) * len(keys[2][1]) + keys[2][0]
-        codes, unique = _factorize(combined)
+        codes, unique = factorize(combined)
         pids = {p for p in keys[2][1].tolist() if p >= 0}
         labels = []
         for key in unique.tolist():
@@ -327,7 +326,7 @@ class _Assembler:
         return pa.table(
             {
                 "ts_ns": ts_ns,
-                "device": _dict_array(device, labels),
+                "device": dict_array(device, labels),
                 "addr": np.where(src["addr"] == MISSING, -1, src["addr"]),
                 "delta_bytes": delta,
                 "allocated_bytes": allocated,
@@ -402,9 +401,9 @@ class _Assembler:
 
 def _factorize_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
     """Codes of the distinct (a, b) pairs, and the pairs in code order."""
-    a_codes, a_values = _factorize(a)
-    b_codes, b_values = _factorize(b)
-    codes, combined = _factorize(a_codes.astype(np.int64) * len(b_values) + b_codes)
+    a_codes, a_values = factorize(a)
+    b_codes, b_values = factorize(b)
+    codes, combined = factorize(a_codes.astype(np.int64) * len(b_values) + b_codes)
     pairs = [(int(a_values[k // len(b_values)]), int(b_values[k % len(b_values)])) for k in combined.tolist()]
     return codes, pairs
 
@@ -424,23 +423,11 @@ def _launchers(kind: np.ndarray, corr: np.ndarray, ext: np.ndarray, parent: np.n
     no_op = op_of_runtime < 0
     op_of_runtime[no_op] = _enclosing(parent[runtime[no_op]], parent, kind == KIND_CODES["annotation"])
     targets = np.flatnonzero(device & (corr != MISSING))
-    _match(launcher, targets, corr[targets], corr[runtime], op_of_runtime)
+    launcher[targets] = lookup(corr[targets], corr[runtime], op_of_runtime)
     todo = np.flatnonzero(device & (launcher < 0) & (ext != MISSING))
     ops = np.flatnonzero(is_op & (ext != MISSING))
-    _match(launcher, todo, ext[todo], ext[ops], ops)
+    launcher[todo] = lookup(ext[todo], ext[ops], ops)
     return launcher
-
-
-def _match(out: np.ndarray, rows: np.ndarray, keys: np.ndarray, ref_keys: np.ndarray,
-           ref_values: np.ndarray) -> None:
-    """out[rows] = the ref_value whose ref_key equals each key, where one exists."""
-    if not len(rows) or not len(ref_keys):
-        return
-    order = np.argsort(ref_keys, kind="stable")
-    sorted_keys = ref_keys[order]
-    pos = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
-    hit = sorted_keys[pos] == keys
-    out[rows[hit]] = ref_values[order[pos[hit]]]
 
 
 def _enclosing(start: np.ndarray, parent: np.ndarray, wanted: np.ndarray) -> np.ndarray:
