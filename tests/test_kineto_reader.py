@@ -222,3 +222,12 @@ def test_event_at_time_zero_is_the_origin(tmp_path):
     df = read_trace(write_trace(tmp_path / "zero.json", events)).df().set_index("name")
     assert df.loc["first", "start_ns"] == 0
     assert df.loc["second", "start_ns"] == 5000
+
+
+def test_empty_records_are_counted_not_rows(tmp_path):
+    events = [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 10, "dur": 2}, {}]
+    trace = read_trace(write_trace(tmp_path / "jax-like.json", events))
+    assert trace.df()["name"].tolist() == ["a"]
+    assert trace.df()["start_ns"].tolist() == [0]
+    assert trace.metadata["reader"]["skipped"]["empty records ({})"] == 1
+    assert trace.metadata["reader"]["records"] == 2

@@ -129,6 +129,7 @@ class _Assembler:
         chunks = self.chunks
         records = sum(c.records for c in chunks)
         self.skipped["flow events (links kept as correlation ids)"] = sum(c.flows for c in chunks)
+        self.skipped["empty records ({})"] = sum(c.empty for c in chunks)
         memory_src = np.concatenate([c.memory for c in chunks]) if chunks else np.zeros(0)
         ph_codes, ph_values = self._concat("ph")
         if len(ph_codes) and (ph_codes == ph_values.index("")).all():

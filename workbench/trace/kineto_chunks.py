@@ -222,6 +222,7 @@ class Chunk:
     counters: list[tuple[float, str, dict[str, Any]]] = field(default_factory=list)
     meta: list[tuple[str, int, int, dict[str, Any]]] = field(default_factory=list)
     flows: int = 0
+    empty: int = 0
 
 
 def decode_chunk(text: bytes) -> Chunk:
@@ -233,7 +234,11 @@ def decode_chunk(text: bytes) -> Chunk:
             continue  # an unknown category, field or type: try the next, more general decoder
         except msgspec.DecodeError as exc:
             raise ChunkDecodeError(str(exc)) from exc
-    return _split(_records_loose(text), known_categories=False)
+    records, empty = _records_loose(text)
+    chunk = _split(records, known_categories=False)
+    chunk.records += empty
+    chunk.empty = empty
+    return chunk
 
 
 def _gather(items: list[Any], rows: np.ndarray) -> list[Any] | tuple[Any, ...]:
@@ -368,15 +373,20 @@ def _memory_columns(args: tuple[msgspec.Raw, ...], rows: np.ndarray, pid: np.nda
     return out
 
 
-def _records_loose(text: bytes) -> list[Any]:
+def _records_loose(text: bytes) -> tuple[list[Any], int]:
     """Slow path for records with fields, types or phases the typed structs do not declare.
 
-    Unknown top-level fields, values of unexpected types and unknown phases are kept in args.
+    Unknown top-level fields, values of unexpected types and unknown phases are kept in args. Empty
+    records (`{}`, which JAX writes to close its trace) are not rows: they are counted and returned.
     """
     records = []
+    empty = 0
     for i, item in enumerate(_decoders[Any].decode(text)):
         if not isinstance(item, dict):
             raise EventSchemaError(f"traceEvents[{i}] is {type(item).__name__}, not an object")
+        if not item:
+            empty += 1
+            continue
         args = item.get("args")
         kept = {k: v for k, v in item.items() if k not in _KNOWN_KEYS}
         if args is not None and not isinstance(args, dict):
@@ -403,7 +413,7 @@ def _records_loose(text: bytes) -> list[Any]:
         merged = {**(args or {}), **kept}
         raw = msgspec.json.encode(merged) if merged or args is not None else b""
         records.append(cls(**fields, args=msgspec.Raw(raw)))
-    return records
+    return records, empty
 
 
 def _decode_args(kind: type, args: Sequence[msgspec.Raw]) -> list[Any]:

@@ -2,7 +2,8 @@
 
 A reader registers a name, the file suffixes it claims, a sniff test on the file's first bytes,
 and the function that reads it. `read_trace` picks the reader by sniffing, so a misnamed file
-still reads, and an unknown one fails with the list of formats.
+still reads, and an unknown one fails with the list of formats. A format whose traces can be
+folders (an XSpace run) also gives `accepts_dir`; a folder goes to the first format that accepts it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class TraceFormat:
     suffixes: tuple[str, ...]
     sniff: Callable[[bytes], bool]
     read: Callable[[Path], Trace]
+    accepts_dir: Callable[[Path], bool] | None = None
+    """For formats that read folders: whether this folder is one of their traces."""
 
 
 _FORMATS: dict[str, TraceFormat] = {}
@@ -61,10 +64,17 @@ def _head(path: Path) -> bytes:
 
 
 def sniff_format(path: str | os.PathLike[str]) -> str:
-    """The name of the format whose sniff test accepts the file's first bytes."""
+    """The name of the format whose sniff test accepts the file's first bytes (or that accepts the folder)."""
     path = Path(path)
     if not path.exists():
         raise TraceFormatError(path, "no such file")
+    if path.is_dir():
+        for fmt in _FORMATS.values():
+            if fmt.accepts_dir is not None and fmt.accepts_dir(path):
+                return fmt.name
+        readers = [f.name for f in _FORMATS.values() if f.accepts_dir is not None]
+        raise TraceFormatError(path, f"a folder holding no trace that a folder-reading format "
+                                     f"({', '.join(readers) or 'none registered'}) recognizes")
     head = _head(path)
     if not head.strip():
         raise TraceFormatError(path, "empty file" if not head else "empty file (only whitespace)")
@@ -112,3 +122,24 @@ def _read_nsys(path: Path) -> Trace:
 
 
 register_format(TraceFormat("nsys", (".sqlite", ".nsys.sqlite"), _looks_like_sqlite, _read_nsys))
+
+
+def _looks_like_xspace(head: bytes) -> bool:
+    from workbench.trace.xspace import looks_like_xspace
+
+    return looks_like_xspace(head)
+
+
+def _read_xspace(path: Path) -> Trace:
+    from workbench.trace.xspace import read_xspace
+
+    return read_xspace(path)
+
+
+def _xspace_dir(path: Path) -> bool:
+    from workbench.trace.xspace import accepts_dir
+
+    return accepts_dir(path)
+
+
+register_format(TraceFormat("xspace", (".xplane.pb",), _looks_like_xspace, _read_xspace, _xspace_dir))

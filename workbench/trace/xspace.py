@@ -1,0 +1,291 @@
+"""Reader for XSpace profiles (`<host>.xplane.pb`, written by `jax.profiler.trace` / XProf) into a `Trace`.
+
+Parsed with `jax.profiler.ProfileData` (jax is imported on first use), plane by plane:
+
+| source                                        | goes to                                                   |
+|-----------------------------------------------|-----------------------------------------------------------|
+| `/device:TPU:N`, `/device:GPU:N` planes       | device `tpu:N` / `cuda:N`, track `<device>/<line name>`;  |
+|                                               | line `XLA Modules` → `module`, `XLA Ops` → `hlo`, other   |
+|                                               | lines (steps, TensorCore sync...) → `other`               |
+| host planes (`/host:CPU`): one track per line | device `cpu`, track `cpu/<line name>` (`python`,          |
+| (thread), kind per event:                     | `tf_XLAPjRtCpuClient/...`):                               |
+|   stat `hlo_op` / only `hlo_module`           |   `hlo` / `module` (XLA:CPU runs ops on host threads)     |
+|   name `$file:line function`                  |   `python` on `<track>/python tracer` (Python frames do   |
+|                                               |   not nest with the thread's TraceMe ranges)              |
+|   stat `step_num` or `_r` (step root)         |   `annotation` (`StepTraceAnnotation`)                    |
+|   a range enclosing an annotation or a        |   `annotation` (`TraceAnnotation`, see below)             |
+|   `PjitFunction(...)` call                    |                                                           |
+|   any other range                             |   `op` (JAX / PjRt / XLA runtime TraceMe)                 |
+| other planes' lines                           | device `cpu`, track `cpu/<plane name>/<line name>`, `other` |
+| plane stats (`/host:metadata` versions,       | `metadata["planes"][<plane name>]`                        |
+| `Task Environment` profile start/stop...)     |                                                           |
+| event stats `flops`, `bytes_accessed`         | `flops`, `bytes`                                          |
+| every other event stat (`hlo_op`,             | `args` JSON (a stat given twice keeps both, as a list)    |
+| `hlo_module`, `program_id`, `long_name`...)   |                                                           |
+
+A plain `TraceAnnotation` carries no stat that tells it from the runtime's own TraceMe ranges, so a
+range whose name has no `::` or `(` counts as an annotation when it encloses another annotation or
+a jitted call; one enclosing neither reads as `op`.
+
+Times are integer ns from the earliest event (`metadata["origin_ns"]` is that event's time on the
+profile's clock). A folder is read as a TensorBoard log: the run folder itself (`plugins/profile/<run>/`)
+or a `logdir` / `plugins/profile` above it, whose newest run (by name: runs are named by timestamp) is
+read. A run with several hosts' files reads them all, tracks then naming the host (`cpu/<host>/python`,
+`tpu:0/<host>/XLA Ops`). `pid` is the file's index among the run's hosts (0 for one file), `tid` the
+line's index in its plane; `corr` and `launcher` stay -1 (XSpace links host and device by run ids,
+kept in args).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from workbench.errors import MissingDependency, TraceFormatError
+from workbench.trace import schema
+from workbench.trace.columns import dict_array
+from workbench.trace.model import Trace
+from workbench.trace.nesting import nest_spans
+
+SUFFIX = ".xplane.pb"
+KIND_CODES = {k: i for i, k in enumerate(schema.KINDS)}
+
+_DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):(\d+)")
+_DEVICE_PREFIX = {"TPU": "tpu", "GPU": "cuda"}
+_DEVICE_LINE_KINDS = {"XLA Modules": "module", "XLA Ops": "hlo"}
+_HOST_PLANE = "/host:CPU"
+_STEP_STATS = ("step_num", "_r")
+_RUNTIME_NAME = re.compile(r"::|\(")
+_LAUNCH = "PjitFunction("
+_PYTHON_LANE = "/python tracer"
+
+
+def read_xspace(path: str | os.PathLike[str]) -> Trace:
+    """Read an `.xplane.pb` file, or the newest run of a TensorBoard-style folder, into a `Trace`."""
+    path = Path(path)
+    if not path.exists():
+        raise TraceFormatError(path, "no such file or folder")
+    files = run_files(path) if path.is_dir() else [path]
+    if not files:
+        raise TraceFormatError(path, f"a folder with no {SUFFIX} file (in it, a run folder or plugins/profile/*)")
+    reader = _Reader(path, files)
+    for index, file in enumerate(files):
+        reader.add(index, file, _load(file))
+    return reader.trace()
+
+
+def run_files(folder: Path) -> list[Path]:
+    """The `.xplane.pb` files of the folder's run: its own, or those of the newest run below it."""
+    candidates = [folder, *sorted(folder.glob("*")), *sorted(folder.glob("plugins/profile/*"))]
+    runs = [d for d in candidates if d.is_dir() and any(d.glob(f"*{SUFFIX}"))]
+    if not runs:
+        return []
+    run = runs[0] if runs[0] == folder else max(runs, key=lambda d: d.name)
+    return sorted(p for p in run.glob(f"*{SUFFIX}") if p.is_file())
+
+
+def accepts_dir(folder: Path) -> bool:
+    """Whether the folder holds an XSpace run (for the registry's folder dispatch)."""
+    return bool(run_files(folder))
+
+
+def looks_like_xspace(head: bytes) -> bool:
+    """An XSpace message starts with its first plane (field 1), whose first field is `id` or `name`."""
+    if head[:1] != b"\x0a":
+        return False
+    at = 1
+    while at < len(head) and head[at] & 0x80:  # the plane's length, a varint
+        at += 1
+    return head[at + 1:at + 2] in (b"\x08", b"\x12")
+
+
+def _load(file: Path) -> Any:
+    """The `ProfileData` of one file; a file that jax cannot parse or that holds no plane is an error."""
+    try:
+        from jax.profiler import ProfileData
+    except ImportError as exc:
+        raise MissingDependency("jax", "jax") from exc
+    try:
+        data = ProfileData.from_file(str(file))
+    except Exception as exc:  # jaxlib raises RuntimeError or JaxRuntimeError, nothing narrower
+        raise TraceFormatError(file, f"not a readable XSpace ({exc})") from exc
+    if not any(True for _ in data.planes):
+        raise TraceFormatError(file, "an XSpace with no planes (empty or not an XSpace)")
+    return data
+
+
+class _Reader:
+    """Collects the events of one or more XSpaces (one per host) into the Trace tables."""
+
+    def __init__(self, path: Path, files: list[Path]) -> None:
+        self.path = path
+        self.files = files
+        self.multi_host = len(files) > 1
+        self.start: list[float] = []
+        self.dur: list[float] = []
+        self.name: list[str] = []
+        self.kind: list[int] = []
+        self.device: list[str] = []
+        self.track: list[str] = []
+        self.pid: list[int] = []
+        self.tid: list[int] = []
+        self.flops: list[float] = []
+        self.bytes: list[float] = []
+        self.args: list[str | None] = []
+        self.classify: list[bool] = []  # host ranges whose kind waits for nesting (op or annotation)
+        self.planes: dict[str, dict[str, Any]] = {}
+        self.lines: Counter[str] = Counter()
+
+    def add(self, index: int, file: Path, data: Any) -> None:
+        """Append the events of one host's XSpace."""
+        host = file.name.removesuffix(SUFFIX)
+        for plane in data.planes:
+            stats = _stats(plane.stats)
+            if stats:
+                self.planes[f"{host}{plane.name}" if self.multi_host else plane.name] = stats
+            device_match = _DEVICE_PLANE.match(plane.name)
+            for tid, line in enumerate(plane.lines):
+                if device_match:
+                    device = f"{_DEVICE_PREFIX[device_match[1]]}:{device_match[2]}"
+                    kind = _DEVICE_LINE_KINDS.get(line.name, "other")
+                    lane = f"{device}/{host}/{line.name}" if self.multi_host else f"{device}/{line.name}"
+                else:
+                    device, kind = "cpu", None
+                    where = [host] if self.multi_host else []
+                    if plane.name != _HOST_PLANE:
+                        where.append(plane.name.strip("/"))
+                        kind = "other"
+                    lane = "/".join(["cpu", *where, line.name])
+                self._line(line, kind, device, lane, index, tid)
+
+    def _line(self, line: Any, kind: str | None, device: str, track: str, pid: int, tid: int) -> None:
+        """Append one line's events; `kind` None picks it per event (host threads)."""
+        n = 0
+        for event in line.events:
+            n += 1
+            stats = _stats(event.stats)
+            self.start.append(event.start_ns)
+            self.dur.append(event.duration_ns)
+            self.name.append(event.name)
+            event_kind = kind or _host_kind(event.name, stats)
+            self.classify.append(event_kind is None)
+            self.kind.append(KIND_CODES[event_kind or "op"])
+            self.track.append(f"{track}{_PYTHON_LANE}" if event_kind == "python" and kind is None else track)
+            self.flops.append(_number(stats, "flops"))
+            self.bytes.append(_number(stats, "bytes_accessed"))
+            self.args.append(json.dumps(stats, ensure_ascii=False) if stats else None)
+        self.device.extend([device] * n)
+        self.pid.extend([pid] * n)
+        self.tid.extend([tid] * n)
+        self.lines[track] += n
+
+    def trace(self) -> Trace:
+        raw_start = np.asarray(self.start, dtype=np.float64)
+        origin = float(raw_start.min()) if len(raw_start) else 0.0
+        start = np.rint(raw_start - origin).astype(np.int64)
+        dur = np.maximum(np.rint(np.asarray(self.dur, dtype=np.float64)), 0).astype(np.int64)
+        track, track_labels = _encode(self.track)
+        device, device_labels = _encode(self.device)
+        parent, depth = nest_spans(track, start, dur)
+        kind = _annotations(np.asarray(self.kind, dtype=np.int8), np.asarray(self.classify, dtype=bool),
+                            np.asarray(self.name, dtype=object), parent, depth)
+        name, name_labels = _encode(self.name)
+        n = len(start)
+        events = pa.table(
+            {
+                "start_ns": start,
+                "dur_ns": dur,
+                "name": dict_array(name, name_labels),
+                "kind": dict_array(kind, list(schema.KINDS)),
+                "device": dict_array(device, device_labels),
+                "track": dict_array(track, track_labels),
+                "pid": np.asarray(self.pid, dtype=np.int64),
+                "tid": np.asarray(self.tid, dtype=np.int64),
+                "corr": np.full(n, -1, dtype=np.int64),
+                "parent": parent,
+                "depth": depth,
+                "launcher": np.full(n, -1, dtype=np.int64),
+                "flops": np.asarray(self.flops, dtype=np.float64),
+                "bytes": np.asarray(self.bytes, dtype=np.float64),
+                "shapes": pa.nulls(n, pa.string()),
+                "dtypes": pa.nulls(n, pa.string()),
+                "args": pa.array(self.args, pa.string()),
+            },
+            schema=schema.EVENTS,
+        )
+        return Trace(events=events, metadata=self._metadata(round(origin), n))
+
+    def _metadata(self, origin_ns: int, n_events: int) -> dict[str, Any]:
+        return {
+            "source": {"format": "xspace", "file": str(self.path),
+                       "files": [str(f) for f in self.files],
+                       "bytes": sum(f.stat().st_size for f in self.files)},
+            "origin_ns": origin_ns,
+            "hosts": [f.name.removesuffix(SUFFIX) for f in self.files],
+            "planes": self.planes,
+            "reader": {"events": n_events, "memory": 0, "counters": 0, "lines": dict(self.lines),
+                       "skipped": {}},  # every event becomes a row
+        }
+
+
+def _encode(values: list[str]) -> tuple[np.ndarray, list[str]]:
+    """(int32 codes, distinct values) of a string column."""
+    encoded = pa.array(values, pa.string()).dictionary_encode()
+    return encoded.indices.to_numpy().astype(np.int32), encoded.dictionary.to_pylist()
+
+
+def _stats(pairs: Any) -> dict[str, Any]:
+    """Stats as a dict; a name given more than once keeps all its values, as a list."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if isinstance(value, bytes):
+            value = value.hex()
+        if key not in out:
+            out[key] = value
+        elif isinstance(out[key], list):
+            out[key].append(value)
+        else:
+            out[key] = [out[key], value]
+    return out
+
+
+def _number(stats: dict[str, Any], key: str) -> float:
+    """Pop a numeric stat for a column (NaN if absent); a value that is no number stays in args."""
+    value = stats.get(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(stats.pop(key))
+    return np.nan
+
+
+def _host_kind(name: str, stats: dict[str, Any]) -> str | None:
+    """The kind of a host-thread event, or None for a range that is an annotation or an op by nesting."""
+    if "hlo_op" in stats:
+        return "hlo"
+    if "hlo_module" in stats:
+        return "module"
+    if name.startswith("$"):
+        return "python"
+    if any(s in stats for s in _STEP_STATS):
+        return "annotation"
+    return "op" if _RUNTIME_NAME.search(name) else None
+
+
+def _annotations(kind: np.ndarray, undecided: np.ndarray, name: np.ndarray, parent: np.ndarray,
+                 depth: np.ndarray) -> np.ndarray:
+    """Mark as `annotation` the undecided ranges with an annotation or a jitted call inside."""
+    kind = kind.copy()
+    launch = np.array([str(s).startswith(_LAUNCH) for s in name], dtype=bool)
+    for level in range(int(depth.max()) if len(depth) else 0, 0, -1):
+        rows = np.flatnonzero(depth == level)
+        marks = (kind[rows] == KIND_CODES["annotation"]) | launch[rows]
+        up = parent[rows[marks]]
+        up = up[(up >= 0) & undecided[np.maximum(up, 0)]]
+        kind[up] = KIND_CODES["annotation"]
+    return kind
