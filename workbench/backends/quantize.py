@@ -6,8 +6,11 @@ a short description of the path taken, which `prepare` records in the variant's 
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import logging
 import warnings
+from types import ModuleType
 
 import torch
 from torch import nn
@@ -26,9 +29,20 @@ def _use_torchao(requested: bool | None) -> bool:
     return torchao_available() if requested is None else requested
 
 
-def _torchao_quantize(module: nn.Module, config_name: str) -> tuple[nn.Module, str]:
-    import torchao.quantization as tq
+def _torchao_quantization() -> ModuleType:
+    """`torchao.quantization`, imported without torchao's warnings about its optional CUDA kernels
+    (mxfp8, cutlass) that cannot load on a CPU build and do not matter here."""
+    logger = logging.getLogger("torchao")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        return importlib.import_module("torchao.quantization")
+    finally:
+        logger.setLevel(level)
 
+
+def _torchao_quantize(module: nn.Module, config_name: str) -> tuple[nn.Module, str]:
+    tq = _torchao_quantization()
     tq.quantize_(module, getattr(tq, config_name)())
     return module, f"torchao.quantize_({config_name})"
 
