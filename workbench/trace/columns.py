@@ -19,6 +19,25 @@ def dict_array(codes: np.ndarray, values: list[Any]) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(indices, pa.array([str(v) for v in values], pa.string()))
 
 
+def encode_strings(values: Any) -> tuple[np.ndarray, list[str]]:
+    """(int32 codes, -1 for null; the distinct strings) of a sequence of strings, hashed in Arrow."""
+    encoded = pa.array(values if isinstance(values, (list, tuple)) else list(values), pa.string()).dictionary_encode()
+    return encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32), encoded.dictionary.to_pylist()
+
+
+def grouped(pairs: Any) -> dict[str, Any]:
+    """A dict from (name, value) pairs; a name given more than once keeps all its values, as a list."""
+    out: dict[str, Any] = {}
+    for name, value in pairs:
+        if name not in out:
+            out[name] = value
+        elif isinstance(out[name], list):
+            out[name].append(value)
+        else:
+            out[name] = [out[name], value]
+    return out
+
+
 def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(int32 codes, distinct values in order of appearance), hashed rather than sorted."""
     encoded = pa.array(values).dictionary_encode()

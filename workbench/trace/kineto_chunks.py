@@ -20,6 +20,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+from workbench.trace.columns import encode_strings
 from workbench.trace.jsonstream import ChunkDecodeError
 from workbench.trace.kineto_categories import DEVICE_CATEGORIES, KIND_BY_CATEGORY
 
@@ -194,10 +195,7 @@ class Strings:
 
     @classmethod
     def encode(cls, items: Any) -> Strings:
-        items = items if isinstance(items, (list, tuple)) else list(items)
-        encoded = pa.array(items, pa.string()).dictionary_encode()
-        codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
-        return cls(codes, encoded.dictionary.to_pylist())
+        return cls(*encode_strings(items))
 
     def take(self, rows: np.ndarray) -> Strings:
         return Strings(self.codes[rows], self.values)

@@ -61,7 +61,7 @@ import pyarrow.compute as pc
 
 from workbench.errors import TraceFormatError, WorkbenchError
 from workbench.trace import schema
-from workbench.trace.columns import dict_array, factorize, json_labels, json_objects, json_values, lookup
+from workbench.trace.columns import dict_array, factorize, grouped, json_labels, json_objects, json_values, lookup
 from workbench.trace.model import Trace
 from workbench.trace.nesting import innermost_enclosing, nest_spans
 
@@ -637,15 +637,7 @@ class _Reader:
         if not self.db.has(table):
             return {}
         t = self.db.read(table, ("name", "value"))
-        out: dict[str, Any] = {}
-        for name, value in zip(t["name"].to_pylist(), t["value"].to_pylist(), strict=True):
-            if name not in out:
-                out[name] = value
-            elif isinstance(out[name], list):
-                out[name].append(value)
-            else:
-                out[name] = [out[name], value]
-        return out
+        return grouped(zip(t["name"].to_pylist(), t["value"].to_pylist(), strict=True))
 
     def _first_row(self, table: str) -> dict[str, Any]:
         rows = self.db.read(table).to_pylist() if self.db.has(table) else []

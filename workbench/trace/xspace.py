@@ -50,7 +50,7 @@ import pyarrow as pa
 
 from workbench.errors import MissingDependency, TraceFormatError
 from workbench.trace import schema
-from workbench.trace.columns import dict_array
+from workbench.trace.columns import dict_array, encode_strings, grouped
 from workbench.trace.model import Trace
 from workbench.trace.nesting import nest_spans
 
@@ -191,12 +191,12 @@ class _Reader:
         origin = float(raw_start.min()) if len(raw_start) else 0.0
         start = np.rint(raw_start - origin).astype(np.int64)
         dur = np.maximum(np.rint(np.asarray(self.dur, dtype=np.float64)), 0).astype(np.int64)
-        track, track_labels = _encode(self.track)
-        device, device_labels = _encode(self.device)
+        track, track_labels = encode_strings(self.track)
+        device, device_labels = encode_strings(self.device)
         parent, depth = nest_spans(track, start, dur)
         kind = _annotations(np.asarray(self.kind, dtype=np.int8), np.asarray(self.classify, dtype=bool),
                             np.asarray(self.name, dtype=object), parent, depth)
-        name, name_labels = _encode(self.name)
+        name, name_labels = encode_strings(self.name)
         n = len(start)
         events = pa.table(
             {
@@ -235,25 +235,9 @@ class _Reader:
         }
 
 
-def _encode(values: list[str]) -> tuple[np.ndarray, list[str]]:
-    """(int32 codes, distinct values) of a string column."""
-    encoded = pa.array(values, pa.string()).dictionary_encode()
-    return encoded.indices.to_numpy().astype(np.int32), encoded.dictionary.to_pylist()
-
-
 def _stats(pairs: Any) -> dict[str, Any]:
-    """Stats as a dict; a name given more than once keeps all its values, as a list."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if isinstance(value, bytes):
-            value = value.hex()
-        if key not in out:
-            out[key] = value
-        elif isinstance(out[key], list):
-            out[key].append(value)
-        else:
-            out[key] = [out[key], value]
-    return out
+    """Stats as a dict (bytes as hex); a name given more than once keeps all its values, as a list."""
+    return grouped((key, value.hex() if isinstance(value, bytes) else value) for key, value in pairs)
 
 
 def _number(stats: dict[str, Any], key: str) -> float:
