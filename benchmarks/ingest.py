@@ -9,7 +9,9 @@ that one file with each parser, every run in a fresh subprocess so its peak RSS 
   after HTA's own filtering;
 - json.load: the file as a Python dict, no conversion; rows are `len(traceEvents)`.
 
-Seconds are the parse call alone (no interpreter start or imports), the median of the runs;
+The parsers run round-robin (one run of each per round), so the machine's drift, which is large on a
+shared two-core box, hits them alike. Seconds are the parse call alone (no interpreter start or
+imports), the median of the runs;
 events/s divide the file's N events by them, and "workbench vs X" is X's seconds over workbench's.
 Peak RSS is the child's `ru_maxrss` (the most of its runs), baseline its RSS after imports; MB are
 10^6 bytes. The file is freshly written, so every parser reads it from the page cache.
@@ -117,29 +119,41 @@ class Result:
         return bool(self.runs) and self.error is None
 
 
-def run_parser(parser: str, path: Path, repeat: int, timeout: float | None,
-               log: Callable[[str], None]) -> Result:
-    """Parse `path` with `parser` `repeat` times, each in a fresh `python ingest.py --child` process."""
-    result = Result(parser)
-    for i in range(repeat):
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", parser, str(path)]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            result.error = f"timed out after {timeout:g} s"
-            break
-        lines = proc.stdout.strip().splitlines()
-        report = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
-        if proc.returncode != 0 or "error" in report:
-            tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
-            result.error = report.get("error") or f"exit code {proc.returncode}:\n{tail}"
-            break
-        result.runs.append(report)
-        log(f"{LABELS[parser]} run {i + 1}/{repeat}: {report['seconds']:.2f} s, "
-            f"peak RSS {report['peak_rss'] / MB:,.0f} MB")
-    if result.error:
-        log(f"{LABELS[parser]} FAILED: {result.error}")
-    return result
+def run_once(result: Result, path: Path, timeout: float | None) -> None:
+    """Parse `path` once more with `result.parser` in a fresh `python ingest.py --child` process."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", result.parser, str(path)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        result.error = f"timed out after {timeout:g} s"
+        return
+    lines = proc.stdout.strip().splitlines()
+    report = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
+    if proc.returncode != 0 or "error" in report:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+        result.error = report.get("error") or f"exit code {proc.returncode}:\n{tail}"
+        return
+    result.runs.append(report)
+
+
+def run_interleaved(plan: dict[str, tuple[Path, int]], timeout: float | None,
+                    log: Callable[[str], None]) -> list[Result]:
+    """Run the parsers round-robin (one run of each per round, up to each one's repeat count), so that
+    the machine's drift over the benchmark hits them alike; a parser that fails is not run again."""
+    results = {name: Result(name) for name in plan}
+    for round_ in range(max(repeat for _, repeat in plan.values())):
+        for name, (path, repeat) in plan.items():
+            result = results[name]
+            if round_ >= repeat or result.error:
+                continue
+            run_once(result, path, timeout)
+            if result.error:
+                log(f"{LABELS[name]} FAILED: {result.error}")
+                continue
+            report = result.runs[-1]
+            log(f"{LABELS[name]} run {round_ + 1}/{repeat}: {report['seconds']:.2f} s, "
+                f"peak RSS {report['peak_rss'] / MB:,.0f} MB")
+    return list(results.values())
 
 
 def summarize(results: list[Result], events: int, file_bytes: int) -> dict:
@@ -259,13 +273,10 @@ def main(argv: list[str] | None = None) -> int:
         (hta_dir / "rank0.pt.trace.json").unlink(missing_ok=True)
         (hta_dir / "rank0.pt.trace.json").symlink_to(path.resolve())
 
-        results = []
-        for name in PARSERS:
-            if name == "hta" and args.skip_hta:
-                continue
-            target = hta_dir / "rank0.pt.trace.json" if name == "hta" else path
-            repeat = args.hta_repeat if name == "hta" else args.repeat
-            results.append(run_parser(name, target, repeat, args.timeout, err.print))
+        plan = {name: (hta_dir / "rank0.pt.trace.json" if name == "hta" else path,
+                       args.hta_repeat if name == "hta" else args.repeat)
+                for name in PARSERS if not (name == "hta" and args.skip_hta)}
+        results = run_interleaved(plan, args.timeout, err.print)
         summary = summarize(results, args.events, file_bytes)
         if args.json:
             print(json.dumps({"events": args.events, "seed": args.seed, "file": str(path),
