@@ -53,6 +53,7 @@ class TraceEventStream:
         self._eof = False
         self.header: dict[str, Any] = {}
         self.array_form = False
+        self._scratch: bytearray | None = None
 
     def _read(self) -> bytes:
         buf = bytearray()
@@ -60,19 +61,20 @@ class TraceEventStream:
         return bytes(buf)
 
     def _append(self, buf: bytearray) -> None:
-        """Read the next block onto the end of `buf`, straight into it (no intermediate copy)."""
+        """Read the next block onto the end of `buf`, through one reused scratch buffer (a fresh
+        block-sized allocation per read would cost page faults on every block)."""
         if self._eof:
             return
-        start = len(buf)
-        buf += bytes(self._block)
+        if self._scratch is None:
+            self._scratch = bytearray(self._block)
         try:
-            with memoryview(buf) as view, view[start:] as target:
-                n = self._stream.readinto(target)
+            n = self._stream.readinto(self._scratch)
         except EOFError as exc:  # gzip stream cut short
             raise TraceFormatError(self._path, f"truncated compressed file ({exc})") from exc
         except OSError as exc:
             raise TraceFormatError(self._path, f"cannot read: {exc}") from exc
-        del buf[start + n:]
+        with memoryview(self._scratch) as view, view[:n] as data:
+            buf += data
         if not n:
             self._eof = True
 
