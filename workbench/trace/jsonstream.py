@@ -26,7 +26,7 @@ from workbench.errors import TraceFormatError
 
 T = TypeVar("T")
 
-BLOCK_BYTES = 8 << 20
+BLOCK_BYTES = 4 << 20
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _HEADER_LIMIT = 256 << 20
