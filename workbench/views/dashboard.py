@@ -8,7 +8,7 @@ selects the op that launched it (the timeline's own link).
 from __future__ import annotations
 
 from bokeh.layouts import column
-from bokeh.models import ColumnDataSource, DataTable, Div, LayoutDOM, Range1d, TabPanel, Tabs
+from bokeh.models import DataTable, Div, LayoutDOM, Range1d, TabPanel, Tabs
 
 from workbench.analysis.breakdown import phase_window
 from workbench.analysis.summary import display_name
@@ -44,10 +44,10 @@ def dashboard(bundle: Bundle, *, width: int = 1200, max_spans: int = 20_000) -> 
                          detail=shown if window and _fits(trace, shown, max_spans) else None)
     ops = op_table_view(trace, ("op",), window, width=width, height=320)
     kernels = op_table_view(trace, ("kernel",), window, width=width, height=320)
-    spans = time_view.select_one({"name": SPANS_SOURCE}) if hasattr(time_view, "select_one") else None
+    spans = time_view.select_one({"name": SPANS_SOURCE})  # None when the timeline is a note
     for table_view in (ops, kernels):
-        table = table_view.select_one({"type": DataTable}) if hasattr(table_view, "select_one") else None
-        if isinstance(spans, ColumnDataSource) and table is not None:
+        table = table_view.select_one({"type": DataTable})  # None when the table is a note
+        if spans is not None and table is not None:
             link_table_to_timeline(table.source, spans)
     tabs = Tabs(tabs=[TabPanel(child=ops, title="ops"), TabPanel(child=kernels, title="kernels"),
                       TabPanel(child=memory_map(trace, x_range=x_range, width=width), title="memory")])
