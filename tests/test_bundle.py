@@ -396,3 +396,28 @@ def test_traces_root_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert traces_root(Path("/abs/out")) == Path("/abs/out")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert traces_root("~/t") == tmp_path / "home" / "t"
+
+
+def test_compile_texts_and_extra_folders(root: Path, tmp_path: Path) -> None:
+    tools = tmp_path / "tools"
+    (tools / "graph_viewer").mkdir(parents=True)
+    (tools / "graph_viewer" / "jit_f.json").write_text("{}")
+    path = write_bundle(root, "r1", {}, texts={"compile/optimized.hlo.txt": "HloModule m"},
+                        folders={"xprof": tools})
+    assert (path / "compile" / "optimized.hlo.txt").read_text() == "HloModule m"
+    assert (path / "xprof" / "graph_viewer" / "jit_f.json").read_text() == "{}"
+    assert tools.exists()  # folders are copied, never moved
+
+
+@pytest.mark.parametrize("texts, folders", [
+    ({"run.json": "x"}, None),
+    ({"compile/../run.json": "x"}, None),
+    ({"/tmp/compile/x.txt": "x"}, None),
+    ({"compile": "x"}, None),
+    (None, {"raw": "."}),
+    (None, {"xprof/sub": "."}),
+])
+def test_extra_paths_stay_in_their_folders(root: Path, texts, folders) -> None:
+    with pytest.raises(BundleError, match="is not a"):
+        write_bundle(root, "r1", {}, texts=texts, folders=folders)
+    assert not root.exists() or not any(root.iterdir())

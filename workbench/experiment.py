@@ -23,7 +23,7 @@ from workbench.backends import (
     REFERENCE,
     LatencyStats,
     Numerics,
-    PreparedVariant,
+    Prepared,
     Variant,
     WallClockTimer,
     Workload,
@@ -31,6 +31,7 @@ from workbench.backends import (
     get_variant,
     run_benchmark,
 )
+from workbench.backends.devices import torch_supports
 from workbench.capture import (
     ProfiledRun,
     ProfileSettings,
@@ -170,11 +171,12 @@ class _VariantRun:
 
     variant: Variant
     run_id: str
-    prepared: PreparedVariant | None = None
-    placed: tuple[torch.Tensor, ...] = ()
+    prepared: Prepared | None = None
+    placed: tuple[Any, ...] = ()
     setup_ms: dict[str, float] = field(default_factory=dict)
     first_call_s: float | None = None
     notes: dict[str, Any] = field(default_factory=dict)
+    artifacts: dict[str, str] = field(default_factory=dict)
     numerics: Numerics | None = None
     stats: LatencyStats | None = None
     profiled: ProfiledRun | None = None
@@ -232,7 +234,8 @@ def run_experiment(
     """
     settings = settings or ExperimentSettings()
     variants = [get_variant(name, settings.batch, settings.device) for name in settings.variants]
-    reference = get_variant(REFERENCE, settings.batch, settings.device)
+    # torch has no TPU backend: there the fp32 reference runs on the host CPU
+    reference = get_variant(REFERENCE, settings.batch, settings.device if torch_supports(settings.device) else "cpu")
     with _torch_threads(settings.threads):
         timings: dict[str, float] = {}
         with phase("load", timings):
@@ -290,6 +293,7 @@ class _Experiment:
                     run.variant, self.loaded, self.inputs, timings=run.setup_ms
                 )
                 run.notes = dict(run.prepared.notes)
+                run.artifacts = dict(getattr(run.prepared, "artifacts", {}))
                 run.first_call_s = run.notes.get("first_call_s")
                 output = run.prepared.run(run.placed)
                 if run is ref_run:
@@ -373,9 +377,12 @@ class _Experiment:
 
     def _write(self, run: _VariantRun, trace: Trace | None) -> Path:
         """Write `run`'s bundle; the raw profiler output, if any, is moved into its raw/."""
-        raw = [run.profiled.trace_path] if run.profiled else []
+        raw = list(run.profiled.raw_paths) if run.profiled else []
+        artifacts = run.profiled.artifacts if run.profiled and run.profiled.artifacts else run.artifacts
+        texts = {f"compile/{name}": text for name, text in artifacts.items()}
         with phase("write", self.timings):
-            path = write_bundle(self.root, run.run_id, self._info(run), trace, raw_files=raw, move_raw=True)
+            path = write_bundle(self.root, run.run_id, self._info(run), trace, raw_files=raw, move_raw=True,
+                                texts=texts)
         self.progress.advance("write")
         return path
 
@@ -384,7 +391,8 @@ class _Experiment:
         s, loaded, profiled = self.settings, self.loaded, run.profiled
         capture = None
         if s.profile:
-            capture = {"profiler": "torch.profiler", "settings": s.profile_settings.to_dict(),
+            profiler = "jax.profiler" if run.variant.backend == "jax" else "torch.profiler"
+            capture = {"profiler": profiler, "settings": s.profile_settings.to_dict(),
                        "notes": profiled.notes if profiled else None}
         return {
             "status": "ok" if run.ok else "failed",

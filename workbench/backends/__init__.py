@@ -17,7 +17,7 @@ from workbench.backends.benchmark import (
 )
 from workbench.backends.devices import available_devices, resolve_device
 from workbench.backends.numerics import Numerics, compare
-from workbench.backends.prepare import PreparedVariant, prepare
+from workbench.backends.prepare import Prepared, PreparedVariant, prepare
 from workbench.backends.quantize import quantize_int8_dynamic, quantize_int8_weight_only, torchao_available
 from workbench.backends.variants import REFERENCE, Variant, get_variant, list_variants
 
@@ -26,6 +26,7 @@ __all__ = [
     "CudaEventTimer",
     "LatencyStats",
     "Numerics",
+    "Prepared",
     "PreparedVariant",
     "ProgressCallback",
     "Timer",

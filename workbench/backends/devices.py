@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from workbench.errors import VariantUnavailable, WorkbenchError
@@ -23,8 +25,29 @@ def parse_device(device: str) -> torch.device:
         raise WorkbenchError(f"invalid device {device!r} (expected e.g. cpu, cuda, cuda:1)") from exc
 
 
+_JAX_ONLY_DEVICE = re.compile(r"^tpu(:\d+)?$")
+"""Device names only JAX variants run on (torch has no TPU backend)."""
+
+
+def check_device_name(device: str) -> None:
+    """Raise WorkbenchError unless `device` is a device name some backend knows (cpu, cuda[:N], tpu[:N])."""
+    if isinstance(device, str) and _JAX_ONLY_DEVICE.match(device):
+        return
+    try:
+        parse_device(device)
+    except WorkbenchError as exc:
+        raise WorkbenchError(f"invalid device {device!r} (expected cpu, cuda[:N] or tpu[:N])") from exc
+
+
+def torch_supports(device: str) -> bool:
+    """Whether torch can name `device` (False for tpu, which only JAX variants use)."""
+    return not _JAX_ONLY_DEVICE.match(device)
+
+
 def resolve_device(device: str) -> torch.device:
     """The torch.device to run on, or VariantUnavailable saying why this machine has no such device."""
+    if not torch_supports(device):
+        raise VariantUnavailable(f"device {device}: torch has no TPU backend; only the jax-* variants run there")
     parsed = parse_device(device)
     if parsed.type == "cpu":
         return parsed

@@ -13,7 +13,7 @@ import copy
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 import torch
 from torch import nn
@@ -25,6 +25,12 @@ from workbench.errors import VariantUnavailable, WorkbenchError
 from workbench.models import LoadedModel
 
 Quantizer = Callable[[nn.Module, torch.device], tuple[nn.Module, str]]
+
+if TYPE_CHECKING:
+    from workbench.backends.jax_backend import PreparedJaxVariant
+
+Prepared = Union["PreparedVariant", "PreparedJaxVariant"]
+"""What `prepare` returns: both kinds have `place`, `run`, `sync`, `first_call` and `notes`."""
 
 
 @dataclass(frozen=True)
@@ -151,13 +157,18 @@ def _check_precision(variant: Variant, device: torch.device) -> PrecisionRecipe:
     return recipe
 
 
-def prepare(variant: Variant, loaded: LoadedModel, *, kernel_profile: bool = False) -> PreparedVariant:
+def prepare(variant: Variant, loaded: LoadedModel, *, kernel_profile: bool = False) -> Prepared:
     """A runnable copy of `loaded.module` for `variant`; VariantUnavailable if it cannot run here.
+    JAX variants get the model's JAX port instead (`workbench.backends.jax_backend`).
 
     `kernel_profile` makes inductor's generated CPU kernels appear as named profiler events
     (`cpp.enable_kernel_profile`). It only applies to inductor on CPU (GPU kernels are named in
     traces anyway) and is ignored elsewhere; notes["kernel_profile"] says whether it applied.
     """
+    if variant.backend == "jax":
+        from workbench.backends.jax_backend import prepare_jax
+
+        return prepare_jax(variant, loaded)
     if variant.backend != "torch":
         raise VariantUnavailable(f"variant {variant.name}: backend '{variant.backend}' is not available")
     device = resolve_device(variant.device)

@@ -1,7 +1,8 @@
-"""`Variant`: one named way to run a model (backend × precision × compile × device × batch).
+"""`Variant`: one named way to run a model (backend × precision × compile × fusion × device × batch).
 
 The registry below is data: adding a variant is adding one entry. `prepare` (in
-`workbench.backends.prepare`) turns a Variant into something runnable.
+`workbench.backends.prepare`) turns a Variant into something runnable: torch variants there, JAX
+variants in `workbench.backends.jax_backend`.
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
-from workbench.backends.devices import parse_device
+from workbench.backends.devices import check_device_name
 from workbench.errors import WorkbenchError
 
-Precision = Literal["fp32", "bf16", "int8", "int8-weight-only"]
+Precision = Literal["fp32", "bf16", "fp16", "int8", "int8-weight-only"]
+Backend = Literal["torch", "jax"]
 
 REFERENCE = "eager"
 """The variant every other one is compared against (fp32, eager)."""
@@ -20,12 +22,15 @@ REFERENCE = "eager"
 
 @dataclass(frozen=True)
 class Variant:
-    """A value naming an inference path. `compile` is a torch.compile backend name, or None (eager)."""
+    """A value naming an inference path. `compile` is the compiler: a torch.compile backend name, "xla"
+    for JAX (always jitted), or None (eager); `fusion` False asks the compiler not to fuse (XLA's
+    fusion passes off), for fusion experiments."""
 
     name: str
-    backend: str = "torch"
+    backend: Backend = "torch"
     precision: Precision = "fp32"
     compile: str | None = None
+    fusion: bool = True
     device: str = "cpu"
     batch: int = 1
     description: str = ""
@@ -53,13 +58,26 @@ _REGISTRY: dict[str, Variant] = {
             "int8-weight-only", precision="int8-weight-only", compile="inductor",
             description="int8 weights, fp32 activations (torchao), compiled",
         ),
+        Variant("jax-jit", backend="jax", compile="xla", description="the model's JAX port, fp32, jax.jit (XLA)"),
+        Variant(
+            "jax-jit-bf16", backend="jax", precision="bf16", compile="xla",
+            description="the JAX port with bfloat16 weights and activations, jax.jit (XLA)",
+        ),
+        Variant(
+            "jax-jit-fp16", backend="jax", precision="fp16", compile="xla",
+            description="the JAX port with float16 weights and activations, jax.jit (XLA; not on TPU)",
+        ),
+        Variant(
+            "jax-nofusion", backend="jax", compile="xla", fusion=False,
+            description="the JAX port, fp32, jax.jit with XLA's fusion passes disabled",
+        ),
     )
 }
 
 
-def list_variants() -> list[str]:
-    """Registered variant names, the reference first."""
-    return list(_REGISTRY)
+def list_variants(backend: Backend | None = None) -> list[str]:
+    """Registered variant names (of one backend, if given), the reference first."""
+    return [name for name, variant in _REGISTRY.items() if backend is None or variant.backend == backend]
 
 
 def get_variant(name: str, batch: int = 1, device: str = "cpu") -> Variant:
@@ -71,5 +89,5 @@ def get_variant(name: str, batch: int = 1, device: str = "cpu") -> Variant:
         raise WorkbenchError(f"unknown variant '{name}'; valid variants: {', '.join(_REGISTRY)}")
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise WorkbenchError(f"batch must be a positive integer, got {batch!r}")
-    parse_device(device)
+    check_device_name(device)
     return replace(_REGISTRY[name], batch=batch, device=device)

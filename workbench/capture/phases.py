@@ -1,4 +1,5 @@
-"""Phase labels that every profiler sees: one name, both a `record_function` and an NVTX range.
+"""Phase labels that every profiler sees: one name, a `record_function`, an NVTX range and (when JAX
+is loaded) a jax.profiler `TraceAnnotation`.
 
 The same label then shows in Kineto traces (torch.profiler) and in Nsight Systems timelines, so a
 region can be found by name whichever tool captured it. The `nvtx` package is a no-op without
@@ -8,9 +9,11 @@ measures its own wall time, so run records carry phase timings even when no prof
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator, MutableMapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
 
 import nvtx
 import torch
@@ -30,13 +33,23 @@ def step_label(n: int) -> str:
     return f"step {n}"
 
 
+def _jax_annotation(name: str) -> AbstractContextManager[Any]:
+    """A jax.profiler `TraceAnnotation` when JAX is loaded (so XSpace captures carry the phase names
+    too), else nothing: the phase never imports JAX itself."""
+    if "jax" not in sys.modules:
+        return nullcontext()
+    from jax.profiler import TraceAnnotation
+
+    return TraceAnnotation(name)
+
+
 @contextmanager
 def phase(name: str, timings: MutableMapping[str, float] | None = None) -> Iterator[None]:
     """Label the enclosed region `name` for torch.profiler and NVTX; with `timings`, add its wall
     time in milliseconds to `timings[name]` (repeated names accumulate), also when it raises."""
     start = time.perf_counter_ns()
     try:
-        with torch.profiler.record_function(name), nvtx.annotate(name, domain=NVTX_DOMAIN):
+        with torch.profiler.record_function(name), nvtx.annotate(name, domain=NVTX_DOMAIN), _jax_annotation(name):
             yield
     finally:
         if timings is not None:

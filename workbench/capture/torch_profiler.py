@@ -13,6 +13,7 @@ per-op FLOP totals are taken from `key_averages()`: the exported JSON carries no
 
 from __future__ import annotations
 
+import contextlib
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,7 +31,9 @@ TRACE_SUFFIX = ".pt.trace.json"
 @dataclass(frozen=True)
 class ProfileSettings:
     """What a profiled run records: the mode (see the module docstring), how many warm-up and measured
-    iterations it runs, and torch.profiler's recording options."""
+    iterations it runs, and the profilers' recording options: `record_shapes` to `with_stack` are
+    torch.profiler's; `host_tracer_level` (0 off, 1 user annotations, 2 plus runtime, 3 verbose) and
+    `python_tracer_level` (0 off, 1 Python calls) are jax.profiler's `ProfileOptions` (JAX variants)."""
 
     record_setup: bool = True
     warmup_steps: int = 2
@@ -39,12 +42,17 @@ class ProfileSettings:
     profile_memory: bool = True
     with_flops: bool = True
     with_stack: bool = False
+    host_tracer_level: int = 2
+    python_tracer_level: int = 0
 
     def __post_init__(self) -> None:
-        for key, minimum in (("warmup_steps", 0), ("active_steps", 1)):
+        for key, minimum, maximum in (("warmup_steps", 0, None), ("active_steps", 1, None),
+                                      ("host_tracer_level", 0, 3), ("python_tracer_level", 0, 1)):
             value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise WorkbenchError(f"profile {key} must be an integer >= {minimum}, got {value!r}")
+            if (isinstance(value, bool) or not isinstance(value, int) or value < minimum
+                    or (maximum is not None and value > maximum)):
+                bounds = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
+                raise WorkbenchError(f"profile {key} must be an integer {bounds}, got {value!r}")
 
     @property
     def steps(self) -> int:
@@ -100,6 +108,15 @@ class TorchProfilerSession:
         if self._profiler is None:
             raise WorkbenchError("the profiler session is not running")
         self._profiler.step()
+
+    def step_scope(self, n: int) -> contextlib.AbstractContextManager[Any]:
+        """Nothing: torch.profiler marks steps itself (`ProfilerStep#N`) and `phase` labels them."""
+        return contextlib.nullcontext()
+
+    @property
+    def raw_paths(self) -> tuple[Path, ...]:
+        """What goes into the bundle's raw/: the exported trace file."""
+        return (self.trace_path,) if self.trace_path else ()
 
     def close(self, *, export: bool = True) -> Path | None:
         """Stop recording and, with `export`, write the trace and collect FLOPs; returns the trace

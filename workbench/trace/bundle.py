@@ -6,6 +6,8 @@
                       stats, numerics, capture settings) and the Trace metadata under "trace"
       events.parquet  memory.parquet  counters.parquet   (zstd; only when the run has a trace)
       raw/            the original profiler output, untouched
+      compile/        compile-stage texts (JAX variants: lowered StableHLO, optimized HLO)
+      xprof/          XProf's tool data for the capture (JAX variants)
 
 A bundle is assembled in a hidden sibling folder (`.tmp-<run-id>-<hex>`) and renamed into place, and
 deletion renames it away (`.deleting-...`) before removing it, so a reader never sees a half bundle.
@@ -39,6 +41,8 @@ from workbench.trace.schema import SCHEMA_VERSION
 
 RUN_JSON = "run.json"
 RAW_DIR = "raw"
+EXTRA_DIRS = ("compile", "xprof")
+"""Optional folders of a bundle besides raw/, filled through `write_bundle`'s `texts` and `folders`."""
 TABLES = ("events", "memory", "counters")
 STATUSES = ("ok", "failed")
 EXPERIMENTS_DIR = "experiments"
@@ -180,12 +184,15 @@ class Bundle:
 
 
 def write_bundle(root: str | Path, run_id: str, info: Mapping[str, Any], trace: Trace | None = None,
-                 raw_files: Sequence[str | Path] = (), move_raw: bool = False) -> Path:
+                 raw_files: Sequence[str | Path] = (), move_raw: bool = False, *,
+                 texts: Mapping[str, str] | None = None, folders: Mapping[str, str | Path] | None = None) -> Path:
     """Write the bundle `root/run_id` atomically and return its path.
 
     run.json gets the fixed fields, defaults for status ("ok"), error, model, variant, device,
     experiment and created (now), then `info` (which may override those defaults) and `trace.metadata`
     under "trace". `raw_files` (files or folders) are copied into raw/, or moved when `move_raw`.
+    `texts` maps paths such as "compile/optimized.hlo.txt" to file contents and `folders` maps one of
+    EXTRA_DIRS to a folder whose files are copied there; both only into EXTRA_DIRS.
     On any failure, KeyboardInterrupt included, nothing is left in `root` and moved raw files are put
     back. An existing run is never overwritten.
     """
@@ -194,6 +201,8 @@ def write_bundle(root: str | Path, run_id: str, info: Mapping[str, Any], trace: 
         raise BundleError(f"invalid run id {run_id!r}: use letters, digits, '_', '-' and '.'")
     text = _run_json(run_id, info, trace)
     sources = _checked_sources(raw_files)
+    texts = {_extra_path(name, run_id): content for name, content in (texts or {}).items()}
+    folders = {_extra_path(name, run_id, folder=True): Path(src) for name, src in (folders or {}).items()}
     final = root / run_id
     if os.path.lexists(final):
         raise BundleError(f"run {run_id!r} already exists in {root}; delete it first or pick a new id")
@@ -219,6 +228,11 @@ def write_bundle(root: str | Path, run_id: str, info: Mapping[str, Any], trace: 
                 shutil.copytree(src, raw / src.name)
             else:
                 shutil.copy2(src, raw / src.name)
+        for name, src in folders.items():
+            shutil.copytree(src, tmp / name, dirs_exist_ok=True)
+        for name, content in texts.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_text(content, encoding="utf-8")
         os.rename(tmp, final)
     except BaseException as exc:
         _discard(tmp, moved)
@@ -250,6 +264,17 @@ def _run_json(run_id: str, info: Mapping[str, Any], trace: Trace | None) -> str:
         return json.dumps(json_safe(record), indent=2, allow_nan=False)
     except TypeError as exc:
         raise BundleError(f"run {run_id!r}: cannot write run.json: {exc}") from exc
+
+
+def _extra_path(name: str, run_id: str, *, folder: bool = False) -> PurePath:
+    """`name` as a relative path inside one of EXTRA_DIRS (the folder itself when `folder`)."""
+    path = PurePath(name)
+    parts = path.parts
+    inside = len(parts) == 1 if folder else len(parts) >= 2
+    if path.is_absolute() or ".." in parts or not parts or parts[0] not in EXTRA_DIRS or not inside:
+        what = "a folder" if folder else "a file inside one"
+        raise BundleError(f"run {run_id!r}: {name!r} is not {what} of the bundle's {', '.join(EXTRA_DIRS)} folders")
+    return path
 
 
 def _checked_sources(raw_files: Sequence[str | Path]) -> list[Path]:

@@ -10,6 +10,7 @@ Parsed with `jax.profiler.ProfileData` (jax is imported on first use), plane by 
 | host planes (`/host:CPU`): one track per line | device `cpu`, track `cpu/<line name>` (`python`,          |
 | (thread), kind per event:                     | `tf_XLAPjRtCpuClient/...`):                               |
 |   stat `hlo_op` / only `hlo_module`           |   `hlo` / `module` (XLA:CPU runs ops on host threads)     |
+|   `ThunkExecutor::Execute` around hlo events  |   `module`, named after the ops' `hlo_module` (XLA:CPU)   |
 |   name `$file:line function`                  |   `python` on `<track>/python tracer` (Python frames do   |
 |                                               |   not nest with the thread's TraceMe ranges)              |
 |   stat `step_num` or `_r` (step root)         |   `annotation` (`StepTraceAnnotation`)                    |
@@ -65,6 +66,7 @@ _STEP_STATS = ("step_num", "_r")
 _RUNTIME_NAME = re.compile(r"::|\(")
 _LAUNCH = "PjitFunction("
 _PYTHON_LANE = "/python tracer"
+_CPU_MODULE_RANGE = "ThunkExecutor::Execute"
 
 
 def read_xspace(path: str | os.PathLike[str]) -> Trace:
@@ -196,6 +198,7 @@ class _Reader:
         parent, depth = nest_spans(track, start, dur)
         kind = _annotations(np.asarray(self.kind, dtype=np.int8), np.asarray(self.classify, dtype=bool),
                             np.asarray(self.name, dtype=object), parent, depth)
+        _xla_cpu_modules(kind, self.name, self.args, parent)
         name, name_labels = encode_strings(self.name)
         n = len(start)
         events = pa.table(
@@ -259,6 +262,26 @@ def _host_kind(name: str, stats: dict[str, Any]) -> str | None:
     if any(s in stats for s in _STEP_STATS):
         return "annotation"
     return "op" if _RUNTIME_NAME.search(name) else None
+
+
+def _xla_cpu_modules(kind: np.ndarray, name: list[str], args: list[str | None], parent: np.ndarray) -> None:
+    """Make each XLA:CPU module run a `module` event, in place. XLA:CPU writes no module span: its ops
+    run inside a `ThunkExecutor::Execute` range, which is renamed after the ops' `hlo_module` (the
+    original name kept in args as `xla_cpu_range`), like the `XLA Modules` line of a TPU or GPU."""
+    hlo_rows = np.flatnonzero((kind == KIND_CODES["hlo"]) & (parent >= 0))
+    modules: dict[int, dict[str, Any]] = {}
+    for row in hlo_rows:
+        up = int(parent[row])
+        if up in modules or name[up] != _CPU_MODULE_RANGE or args[row] is None:
+            continue
+        stats = json.loads(args[row])
+        if "hlo_module" in stats:
+            modules[up] = {key: stats[key] for key in ("hlo_module", "program_id") if key in stats}
+    for up, stats in modules.items():
+        kind[up] = KIND_CODES["module"]
+        name[up] = str(stats["hlo_module"])
+        own = json.loads(args[up]) if args[up] else {}
+        args[up] = json.dumps({**own, **stats, "xla_cpu_range": _CPU_MODULE_RANGE}, ensure_ascii=False)
 
 
 def _annotations(kind: np.ndarray, undecided: np.ndarray, name: np.ndarray, parent: np.ndarray,
