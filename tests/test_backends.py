@@ -20,6 +20,7 @@ from workbench.backends import (
     quantize_int8_dynamic,
     run_benchmark,
 )
+from workbench.backends.benchmark import WallClockTimer
 from workbench.errors import VariantUnavailable, WorkbenchError
 from workbench.models import load_model
 
@@ -27,7 +28,8 @@ TINY_GPT = {"vocab": 64, "layers": 1, "d_model": 32, "heads": 4, "kv_heads": 2, 
 TINY_MLP = {"in_features": 16, "hidden": 32, "num_classes": 10}
 
 # Lowest acceptable SQNR (dB) against fp32 eager, by precision; compiled fp32 may reorder sums.
-MIN_SQNR_DB = {"fp32": 60.0, "bf16": 30.0, "int8": 25.0, "int8-weight-only": 30.0}
+MIN_SQNR_DB = {"fp32": 60.0, "bf16": 30.0, "fp16": 40.0, "int8": 25.0, "int8-weight-only": 30.0}
+CUDA_ONLY = ("fp8", "compile-reduce-overhead")
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 
@@ -80,7 +82,7 @@ def test_get_variant_fields(name, precision, compile_backend):
 
 def test_get_variant_rejects_bad_values():
     with pytest.raises(WorkbenchError) as info:
-        get_variant("fp8")
+        get_variant("fp4")
     for name in list_variants():
         assert name in str(info.value)
     with pytest.raises(WorkbenchError, match="batch"):
@@ -101,7 +103,7 @@ def test_cuda_variant_is_unavailable_here(mlp, name):
         prepare(get_variant(name, device="cuda"), mlp)
 
 
-@pytest.mark.parametrize("name", list_variants("torch"))
+@pytest.mark.parametrize("name", [name for name in list_variants("torch") if name not in CUDA_ONLY])
 def test_every_variant_runs_close_to_eager_without_compiling(gpt, name):
     # The same preparation path (copy, quantize, autocast) minus torch.compile; compiled runs
     # are covered by the slow tests below.
@@ -113,7 +115,7 @@ def test_every_variant_runs_close_to_eager_without_compiling(gpt, name):
     assert out.shape == (2, 8, TINY_GPT["vocab"])
     _assert_close_to_reference(variant, gpt, prepared, inputs)
     assert prepared.notes["torch_threads"] == torch.get_num_threads()
-    assert prepared.notes["autocast"] == ("bfloat16" if variant.precision == "bf16" else None)
+    assert prepared.notes["autocast"] == {"bf16": "bfloat16", "fp16": "float16"}.get(variant.precision)
 
 
 def test_eager_matches_the_module_exactly(gpt):
@@ -217,3 +219,22 @@ def test_compiled_low_precision_variants(mlp, name):
     prepared = prepare(variant, mlp)
     prepared.first_call(inputs)
     _assert_close_to_reference(variant, mlp, prepared, inputs)
+
+
+@no_cuda
+@pytest.mark.parametrize("name, reason", [
+    ("fp8", "compute capability >= 8.9"),
+    ("compile-reduce-overhead", "CUDA graphs"),
+])
+def test_cuda_only_variants_say_why_on_cpu(mlp, name, reason):
+    with pytest.raises(VariantUnavailable, match=reason):
+        prepare(get_variant(name), mlp)
+
+
+def test_fp16_autocast_and_compile_modes_are_recorded(mlp):
+    fp16 = prepare(get_variant("fp16", batch=2), mlp)
+    assert fp16.notes["autocast"] == "float16"
+    _assert_close_to_reference(get_variant("fp16"), mlp, fp16, mlp.make_inputs(2))
+    autotune = prepare(dataclasses.replace(get_variant("compile-max-autotune"), compile=None), mlp)
+    assert autotune.notes["compile_mode"] == "max-autotune"
+    assert isinstance(fp16.timer(), WallClockTimer)

@@ -25,7 +25,6 @@ from workbench.backends import (
     Numerics,
     Prepared,
     Variant,
-    WallClockTimer,
     Workload,
     compare,
     get_variant,
@@ -342,7 +341,7 @@ class _Experiment:
             fn=call,
             items=self.loaded.items(self.settings.batch, self.seq),
             tokens=self.loaded.tokens(self.settings.batch, self.seq),
-            timer=WallClockTimer(sync=prepared.sync),
+            timer=prepared.timer(),
             first_call_ms=None if run.first_call_s is None else run.first_call_s * 1e3,
         )
 

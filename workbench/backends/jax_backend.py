@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from workbench.backends.benchmark import WallClockTimer
 from workbench.backends.variants import Variant
 from workbench.errors import MissingDependency, VariantUnavailable
 from workbench.models import LoadedModel
@@ -155,6 +156,10 @@ class PreparedJaxVariant:
 
     def sync(self) -> None:
         """Nothing to wait for: `run` blocks on its result (`block_until_ready`)."""
+
+    def timer(self) -> WallClockTimer:
+        """The benchmark's timer: the wall clock around `run`, which blocks until the result is ready."""
+        return WallClockTimer()
 
     def first_call(self, inputs: Sequence[Any]) -> float:
         """Compile (lower + XLA compile) and run once; returns the wall seconds of both together,

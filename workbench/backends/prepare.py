@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, Union
 import torch
 from torch import nn
 
+from workbench.backends.benchmark import CudaEventTimer, Timer, WallClockTimer
 from workbench.backends.devices import resolve_device, synchronize
-from workbench.backends.quantize import quantize_int8_dynamic, quantize_int8_weight_only
+from workbench.backends.quantize import quantize_fp8_dynamic, quantize_int8_dynamic, quantize_int8_weight_only
 from workbench.backends.variants import Variant
 from workbench.errors import VariantUnavailable, WorkbenchError
 from workbench.models import LoadedModel
@@ -44,6 +45,8 @@ class PrecisionRecipe:
 PRECISIONS: dict[str, PrecisionRecipe] = {
     "fp32": PrecisionRecipe(),
     "bf16": PrecisionRecipe(autocast_dtype=torch.bfloat16),
+    "fp16": PrecisionRecipe(autocast_dtype=torch.float16),
+    "fp8": PrecisionRecipe(quantizer=quantize_fp8_dynamic),
     "int8": PrecisionRecipe(quantizer=quantize_int8_dynamic),
     "int8-weight-only": PrecisionRecipe(quantizer=quantize_int8_weight_only),
 }
@@ -125,6 +128,11 @@ class PreparedVariant:
         """Wait until queued device work is done (no-op on CPU)."""
         synchronize(self.device)
 
+    def timer(self) -> Timer:
+        """How the benchmark times a call: CUDA events on a GPU (device time, after a sync), else the
+        wall clock between syncs."""
+        return CudaEventTimer() if self.device.type == "cuda" else WallClockTimer(sync=self.sync)
+
     def first_call(self, inputs: Sequence[torch.Tensor]) -> float:
         """Run once and return its wall time in seconds: includes compilation for compiled variants.
 
@@ -140,9 +148,15 @@ class PreparedVariant:
         return elapsed
 
 
-def _compile(module: nn.Module, backend: str, profile_cpu_kernels: bool) -> nn.Module:
-    # Options apply to this compilation only, so inductor's global config is left as it was.
-    options = {"cpp.enable_kernel_profile": True} if profile_cpu_kernels else None
+def _compile(module: nn.Module, backend: str, mode: str | None, profile_cpu_kernels: bool) -> nn.Module:
+    """torch.compile with `mode`'s settings; options apply to this compilation only, so inductor's
+    global config is left as it was (torch.compile takes a mode or options, so a mode is spelled out
+    as its options when kernel profiling is added)."""
+    if not profile_cpu_kernels:
+        return torch.compile(module, backend=backend, mode=mode)
+    from torch._inductor import list_mode_options
+
+    options = {**(list_mode_options(mode) if mode else {}), "cpp.enable_kernel_profile": True}
     return torch.compile(module, backend=backend, options=options)
 
 
@@ -154,6 +168,8 @@ def _check_precision(variant: Variant, device: torch.device) -> PrecisionRecipe:
     if bf16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         gpu = torch.cuda.get_device_name(device)
         raise VariantUnavailable(f"variant {variant.name}: {gpu} has no bf16 support")
+    if variant.compile_mode == "reduce-overhead" and device.type != "cuda":
+        raise VariantUnavailable(f"variant {variant.name}: reduce-overhead replays CUDA graphs; it needs a CUDA device")
     return recipe
 
 
@@ -179,7 +195,7 @@ def prepare(variant: Variant, loaded: LoadedModel, *, kernel_profile: bool = Fal
         module, quantization = recipe.quantizer(module, device)
     profile_cpu_kernels = kernel_profile and variant.compile == "inductor" and device.type == "cpu"
     if variant.compile:
-        module = _compile(module, variant.compile, profile_cpu_kernels)
+        module = _compile(module, variant.compile, variant.compile_mode, profile_cpu_kernels)
     notes: dict[str, Any] = {
         "device": str(device),
         "torch_version": torch.__version__,
@@ -187,6 +203,7 @@ def prepare(variant: Variant, loaded: LoadedModel, *, kernel_profile: bool = Fal
         "quantization": quantization,
         "autocast": str(recipe.autocast_dtype).removeprefix("torch.") if recipe.autocast_dtype else None,
         "compile": variant.compile,
+        "compile_mode": variant.compile_mode,
         "kernel_profile": profile_cpu_kernels,
     }
     if device.type == "cpu":

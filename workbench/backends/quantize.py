@@ -81,3 +81,21 @@ def quantize_int8_weight_only(
     if not _use_torchao(use_torchao):
         raise VariantUnavailable(f"int8-weight-only needs torchao: {TORCHAO_HINT}")
     return _torchao_quantize(module, "Int8WeightOnlyConfig")
+
+
+FP8_MIN_CAPABILITY = (8, 9)
+"""fp8 matmuls need Ada (sm_89) or Hopper (sm_90) and later."""
+
+
+def quantize_fp8_dynamic(module: nn.Module, device: torch.device) -> tuple[nn.Module, str]:
+    """Dynamic fp8 (e4m3) activations × fp8 weights on every Linear (torchao
+    Float8DynamicActivationFloat8WeightConfig); only on CUDA GPUs of compute capability 8.9 or more."""
+    if device.type != "cuda":
+        raise VariantUnavailable(f"fp8 needs a CUDA GPU of compute capability >= 8.9 (Ada, Hopper), not {device}")
+    capability = torch.cuda.get_device_capability(device)
+    if capability < FP8_MIN_CAPABILITY:
+        gpu = torch.cuda.get_device_name(device)
+        raise VariantUnavailable(f"fp8 needs compute capability >= 8.9; {gpu} is {capability[0]}.{capability[1]}")
+    if not torchao_available():
+        raise VariantUnavailable(f"fp8 needs torchao: {TORCHAO_HINT}")
+    return _torchao_quantize(module, "Float8DynamicActivationFloat8WeightConfig")

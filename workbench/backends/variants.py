@@ -13,7 +13,7 @@ from typing import Any, Literal
 from workbench.backends.devices import check_device_name
 from workbench.errors import WorkbenchError
 
-Precision = Literal["fp32", "bf16", "fp16", "int8", "int8-weight-only"]
+Precision = Literal["fp32", "bf16", "fp16", "int8", "int8-weight-only", "fp8"]
 Backend = Literal["torch", "jax"]
 
 REFERENCE = "eager"
@@ -23,13 +23,15 @@ REFERENCE = "eager"
 @dataclass(frozen=True)
 class Variant:
     """A value naming an inference path. `compile` is the compiler: a torch.compile backend name, "xla"
-    for JAX (always jitted), or None (eager); `fusion` False asks the compiler not to fuse (XLA's
-    fusion passes off), for fusion experiments."""
+    for JAX (always jitted), or None (eager); `compile_mode` a torch.compile mode (max-autotune,
+    reduce-overhead); `fusion` False asks the compiler not to fuse (XLA's fusion passes off), for
+    fusion experiments."""
 
     name: str
     backend: Backend = "torch"
     precision: Precision = "fp32"
     compile: str | None = None
+    compile_mode: str | None = None
     fusion: bool = True
     device: str = "cpu"
     batch: int = 1
@@ -45,7 +47,16 @@ _REGISTRY: dict[str, Variant] = {
     for variant in (
         Variant(REFERENCE, description="fp32 eager, the numerics reference"),
         Variant("bf16", precision="bf16", description="eager under torch.autocast(bfloat16)"),
+        Variant("fp16", precision="fp16", description="eager under torch.autocast(float16)"),
         Variant("compile", compile="inductor", description="fp32, torch.compile (inductor)"),
+        Variant(
+            "compile-max-autotune", compile="inductor", compile_mode="max-autotune",
+            description="fp32, torch.compile (inductor) autotuning GEMM templates and kernel configs",
+        ),
+        Variant(
+            "compile-reduce-overhead", compile="inductor", compile_mode="reduce-overhead",
+            description="fp32, torch.compile (inductor) replaying CUDA graphs (CUDA only)",
+        ),
         Variant(
             "compile-bf16", precision="bf16", compile="inductor",
             description="torch.compile (inductor) under torch.autocast(bfloat16)",
@@ -57,6 +68,10 @@ _REGISTRY: dict[str, Variant] = {
         Variant(
             "int8-weight-only", precision="int8-weight-only", compile="inductor",
             description="int8 weights, fp32 activations (torchao), compiled",
+        ),
+        Variant(
+            "fp8", precision="fp8", compile="inductor",
+            description="dynamic fp8 activations and weights (torchao), compiled (CUDA, sm_89+)",
         ),
         Variant("jax-jit", backend="jax", compile="xla", description="the model's JAX port, fp32, jax.jit (XLA)"),
         Variant(
