@@ -121,3 +121,15 @@ def test_a_model_without_a_jax_port_fails_only_its_jax_variant(tmp_path: Path, m
     status = {run.variant: run for run in result.runs}
     assert status["eager"].status == "ok"
     assert status["jax-jit"].status == "failed" and "JAX" in status["jax-jit"].error
+
+
+def test_xprof_tool_data_is_kept_in_the_bundle(experiment: ExperimentResult) -> None:
+    path = _path(experiment, "jax-jit")
+    tools = json.loads((path / "run.json").read_text())["xprof"]["tools"]
+    assert not tools["trace_viewer"]["empty"] and not tools["graph_viewer"]["empty"]
+    for tool in ("trace_viewer", "memory_viewer", "graph_viewer"):
+        assert tools[tool]["files"], tool
+        for name in tools[tool]["files"]:
+            assert (path / "xprof" / name).is_file(), name
+    assert tools["op_profile"]["empty"]  # XLA:CPU captures have no device op profile
+    assert any("jit_wrapped" in name for name in tools["graph_viewer"]["files"])

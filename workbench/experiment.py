@@ -48,6 +48,9 @@ from workbench.trace import Trace, read_trace
 from workbench.trace.bundle import new_run_id, utc_now, write_bundle
 from workbench.trace.experiment import write_experiment
 
+XPROF_DIR = "xprof"
+"""Bundle folder of a JAX run's XProf tool data (trace viewer, memory viewer, graph viewer...)."""
+
 DEFAULT_VARIANTS = ("eager", "bf16", "compile", "int8")
 """The variants of the default experiment (the README's first command)."""
 
@@ -179,6 +182,8 @@ class _VariantRun:
     numerics: Numerics | None = None
     stats: LatencyStats | None = None
     profiled: ProfiledRun | None = None
+    xprof: dict[str, Any] | None = None
+    xprof_dir: Path | None = None
     error: str | None = None
     error_traceback: str | None = None
 
@@ -367,7 +372,11 @@ class _Experiment:
             run.profiled = profile_variant(run.variant, self.loaded, self.inputs, folder,
                                            self.settings.profile_settings,
                                            on_progress=lambda: self.progress.advance(task))
-            return attach_flops(read_trace(run.profiled.trace_path), run.profiled.op_flops)
+            trace = attach_flops(read_trace(run.profiled.trace_path), run.profiled.op_flops)
+            if run.variant.backend == "jax":
+                run.xprof_dir = folder / XPROF_DIR
+                run.xprof = _xprof_tool_data(run.profiled.trace_path, run.xprof_dir)
+            return trace
         except Exception as exc:
             run.fail("profiling", exc)
             return None
@@ -379,9 +388,11 @@ class _Experiment:
         raw = list(run.profiled.raw_paths) if run.profiled else []
         artifacts = run.profiled.artifacts if run.profiled and run.profiled.artifacts else run.artifacts
         texts = {f"compile/{name}": text for name, text in artifacts.items()}
+        tools = run.xprof_dir
+        folders = {XPROF_DIR: tools} if tools is not None and tools.is_dir() else {}
         with phase("write", self.timings):
             path = write_bundle(self.root, run.run_id, self._info(run), trace, raw_files=raw, move_raw=True,
-                                texts=texts)
+                                texts=texts, folders=folders)
         self.progress.advance("write")
         return path
 
@@ -414,6 +425,7 @@ class _Experiment:
             "notes": run.notes,
             "phases_ms": {"setup": run.setup_ms, "profiled": profiled.phases_ms if profiled else None},
             "capture": capture,
+            "xprof": run.xprof,
             "op_flops": profiled.op_flops if profiled else None,
         }
 
@@ -436,6 +448,19 @@ class _Experiment:
         reference_p50 = next((run.stats.p50 for run in runs if run.variant.name == REFERENCE and run.stats), None)
         return ExperimentResult(self.experiment_id, path,
                                 tuple(_result(run, paths[run.variant.name], reference_p50) for run in runs))
+
+
+def _xprof_tool_data(run_folder: Path, out: Path) -> dict[str, Any]:
+    """XProf's tool data for the XSpace in `run_folder`, written under `out`; its index for run.json.
+    The tools are extras beside the trace: when they cannot be made, the index says why and the run
+    stays ok."""
+    from workbench.capture.xprof_tools import export_tool_data
+
+    (xspace, *_) = sorted(run_folder.glob("*.xplane.pb"))
+    try:
+        return {"tools": export_tool_data(xspace, out)}
+    except WorkbenchError as exc:
+        return {"tools": {}, "error": str(exc)}
 
 
 def _model_info(ref: str, loaded: LoadedModel) -> dict[str, Any]:
