@@ -11,7 +11,8 @@ from bokeh.resources import INLINE
 from click.testing import CliRunner
 from conftest import TINY_CAPTURE
 
-from workbench.analysis.compare import ELEMENTWISE_OPS, fusion_summary, latency_samples, op_comparison, variant_table
+from workbench.analysis.compare import latency_samples, op_comparison, variant_table
+from workbench.analysis.fusion import fusion_inputs, fusion_table
 from workbench.cli import main
 from workbench.trace.bundle import open_bundle
 from workbench.views.compare import compare
@@ -49,10 +50,9 @@ def test_ops_aligned_per_step(experiment):
     linear = ops[(ops["name"] == "aten::linear") & (ops["kind"] == "op")].iloc[0]
     # one block: q, k, v, o, fc_in, fc_out, plus the LM head, in every profiled step
     assert linear["eager calls"] == 7
-    fusion = fusion_summary(traces).set_index("variant")
-    assert fusion.loc["eager", "ops"] > 0
-    assert fusion.loc["eager", "elementwise_ops"] > 0
-    assert "aten::gelu" in ELEMENTWISE_OPS
+    fusion = fusion_table([fusion_inputs(b) for b in experiment]).set_index("variant")
+    assert fusion.loc["eager", "kernels"] > 0 and fusion.loc["eager", "elementwise_ops"] > 0
+    assert fusion.loc["eager", "framework"] == "torch" and fusion.loc["eager", "steps"] == 3
 
 
 def test_compare_view_builds_and_escapes_names(experiment):

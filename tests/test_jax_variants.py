@@ -133,3 +133,15 @@ def test_xprof_tool_data_is_kept_in_the_bundle(experiment: ExperimentResult) -> 
             assert (path / "xprof" / name).is_file(), name
     assert tools["op_profile"]["empty"]  # XLA:CPU captures have no device op profile
     assert any("jit_wrapped" in name for name in tools["graph_viewer"]["files"])
+
+
+def test_fusion_table_sets_jax_jit_against_jax_nofusion_and_eager(experiment: ExperimentResult) -> None:
+    from workbench.analysis.fusion import fusion_inputs, fusion_table
+
+    bundles = [open_bundle(run.path, run.path.parent) for run in experiment.runs]
+    table = fusion_table([fusion_inputs(b) for b in bundles]).set_index("variant")
+    jit, nofusion = table.loc["jax-jit"], table.loc["jax-nofusion"]
+    assert jit["framework"] == "jax" and table.loc["eager", "framework"] == "torch"
+    assert jit["fusions"] > 0 and nofusion["fusions"] == 0
+    assert nofusion["kernels"] > jit["kernels"] and nofusion["bytes_accessed"] > jit["bytes_accessed"]
+    assert jit["steps"] == 2 and jit["flops"] > 0

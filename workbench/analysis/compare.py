@@ -10,11 +10,11 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from workbench.analysis.breakdown import memory_peaks, op_table, phase_window
+from workbench.analysis.steps import first_step_ns, steps_in
 from workbench.analysis.summary import display_name
 from workbench.trace import Trace
 from workbench.trace.bundle import Bundle
 
-STEP_NAME = re.compile(r"^(step \d+|ProfilerStep#\d+)$")
 FUSED_NAME = re.compile(r"fused|triton_|Torch-Compiled Region|CompiledFxGraph", re.IGNORECASE)
 ELEMENTWISE_OPS = frozenset({
     "aten::add", "aten::add_", "aten::sub", "aten::mul", "aten::mul_", "aten::div", "aten::neg", "aten::exp",
@@ -75,24 +75,6 @@ def latency_samples(bundles: Sequence[Bundle]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["variant", "sample_ms"])
 
 
-def steps_in(trace: Trace) -> int:
-    """Number of profiled steps (`step N` / `ProfilerStep#N` annotations), at least 1."""
-    events = trace.df()
-    names = events.loc[events["kind"] == "annotation", "name"].astype(str)
-    return max(int(names.str.match(STEP_NAME).sum()), 1)
-
-
-def first_step_ns(trace: Trace) -> int:
-    """Start of the first profiled step (else of the `measure` phase, else the trace origin)."""
-    events = trace.df()
-    annotations = events[events["kind"] == "annotation"]
-    steps = annotations[annotations["name"].astype(str).str.match(STEP_NAME)]
-    if not steps.empty:
-        return int(steps["start_ns"].min())
-    window = phase_window(trace, "measure")
-    return window[0] if window else 0
-
-
 def aligned_on_first_step(trace: Trace) -> Trace:
     """The trace with its times shifted so that its first profiled step starts at 0 ns."""
     offset = first_step_ns(trace)
@@ -132,32 +114,6 @@ def op_comparison(traces: dict[str, Trace]) -> pd.DataFrame:
     wide = wide[ordered].fillna(0.0).reset_index()
     time_columns = [c for c in ordered if c.endswith(" ms")]
     return wide.sort_values(by=time_columns[0], ascending=False, ignore_index=True) if time_columns else wide
-
-
-def fusion_summary(traces: dict[str, Trace]) -> pd.DataFrame:
-    """Per variant and step: host ops, elementwise host ops, fused kernels/regions, device kernels.
-
-    | variant | ops | elementwise_ops | fused | kernels |
-
-    Elementwise ops that disappear between eager and a compiled variant went into its fused kernels.
-    """
-    rows = []
-    for variant, trace in traces.items():
-        events = trace.df()
-        window = phase_window(trace, "measure")
-        if window is not None:
-            events = events[(events["start_ns"] >= window[0]) & (events["start_ns"] < window[1])]
-        steps = steps_in(trace)
-        names = events["name"].astype(str)
-        is_op = events["kind"] == "op"
-        rows.append({
-            "variant": variant,
-            "ops": int(is_op.sum()) / steps,
-            "elementwise_ops": int((is_op & names.isin(ELEMENTWISE_OPS)).sum()) / steps,
-            "fused": int(names.str.contains(FUSED_NAME).sum()) / steps,
-            "kernels": int((events["kind"] == "kernel").sum()) / steps,
-        })
-    return pd.DataFrame(rows, columns=["variant", "ops", "elementwise_ops", "fused", "kernels"])
 
 
 def _number(value: object) -> float | None:

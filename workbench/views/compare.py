@@ -24,11 +24,11 @@ from bokeh.plotting import figure
 from workbench.analysis.breakdown import phase_window
 from workbench.analysis.compare import (
     aligned_on_first_step,
-    fusion_summary,
     latency_samples,
     op_comparison,
     variant_table,
 )
+from workbench.analysis.fusion import fusion_inputs, fusion_table
 from workbench.analysis.timeline import count_spans
 from workbench.trace import Trace
 from workbench.trace.bundle import Bundle
@@ -55,10 +55,11 @@ def compare(bundles: Sequence[Bundle], reference: str = "eager", *, width: int =
         data_table(table, SUMMARY_COLUMNS, width=width, height=30 + 28 * max(len(table), 1)),
     ]
     if traces:
-        fusion = fusion_summary(traces)
-        parts.append(Paragraph(text="per profiled step: host ops, elementwise host ops, fused kernels or "
-                                    "compiled regions, device kernels", width=width))
-        parts.append(data_table(fusion, [(c, c.replace("_", " "), None if c == "variant" else "0.0")
+        fusion = fusion_table([fusion_inputs(b) for b in bundles if b.has_trace])
+        parts.append(Paragraph(text="fusion, per profiled step: kernels (XLA ops, device kernels, or dispatched "
+                                    "ops and generated kernels on CPU), fusions, ops fused and left unfused, "
+                                    "kernel and step time, XLA's bytes accessed and FLOPs", width=width))
+        parts.append(data_table(fusion, [(c, c.replace("_", " "), None if c in ("variant", "framework") else "0,0.0")
                                          for c in fusion.columns], width=width, height=30 + 28 * len(fusion)))
         ops = op_comparison(traces).head(top_ops)
         parts.append(Paragraph(text=f"ops and kernels aligned across variants, per step (top {top_ops} by time)",

@@ -1,0 +1,570 @@
+"""Fusion analysis: what XLA fused, read from optimized HLO text, and per variant the kernels, fusions and
+time per profiled step, so `jax-jit` sits beside `jax-nofusion` and torch `eager` beside `compile` in one table.
+
+HLO side (pure text parsing, no jax): `hlo_fusions` lists the fusion instructions of the computations that
+run (the entry and the while bodies / conditional branches / called computations below it) with the ops
+fused into each; `hlo_summary` counts fusions, unfused ops and kernels (launch units).
+
+A fusion whose computation holds one real op is no fusion of several ops: XLA:CPU wraps every op left
+alone into such a one-instruction fusion (`%wrapped_tanh = ... fusion(...), kind=kLoop,
+calls=%wrapped_tanh_computation`), also with every fusion pass disabled. Those count as unfused ops
+(`single_op` True), like a bare `dot` in the entry.
+
+Trace side: `kernel_units` the events that are kernels (XLA ops,
+device kernels, or on a CPU torch trace the dispatched ops and inductor's generated kernels), and
+`fusion_table` turns per-variant `FusionInputs` into the experiments table.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from workbench.analysis.compare import ELEMENTWISE_OPS, FUSED_NAME
+from workbench.analysis.steps import step_windows_of
+from workbench.errors import WorkbenchError
+from workbench.trace import Trace
+from workbench.trace.bundle import Bundle
+
+OPTIMIZED_HLO = "optimized.hlo.txt"
+"""A JAX run's post-optimization HLO in its bundle's compile/ folder (`jax_backend.ARTIFACTS`)."""
+
+FUSION_KINDS = {"kLoop": "loop", "kInput": "input", "kOutput": "output", "kCustom": "custom"}
+"""XLA's fusion kinds, by the name HLO text gives them."""
+
+FUSED_PLUMBING = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
+"""Instructions of a fused computation that are no op of their own (inputs, literals, reinterpretation)."""
+
+PLUMBING = FUSED_PLUMBING | frozenset({
+    "after-all", "add-dependency", "opt-barrier", "domain", "partition-id", "replica-id", "copy-start",
+    "copy-done", "async-done", "async-update", "send-done", "recv-done",
+})
+"""Instructions of an executed computation that launch no kernel (plumbing, async waits); so does every
+`*-done` / `*-update` half of an asynchronous pair."""
+
+CONTROL_FLOW = {"while": ("condition", "body"), "conditional": ("branch_computations", "true_computation",
+                "false_computation"), "call": ("to_apply",), "async-start": ("calls",)}
+"""Control-flow opcodes and the attributes naming the computations they run (whose ops are kernels)."""
+
+FUSION_COLUMNS = ("name", "computation", "kind", "calls", "fused_ops", "n_ops", "single_op", "shape",
+                  "custom_kind", "op_name")
+TABLE_COLUMNS = ("variant", "framework", "steps", "kernels", "fusions", "fused_ops", "unfused_ops",
+                 "elementwise_ops", "hlo_kernels", "kernel_ns", "step_ns", "bytes_accessed", "flops")
+
+_COMPUTATION = re.compile(r"^(?P<entry>ENTRY\s+)?%?(?P<name>[\w.\-$]+)\s*(?:\(.*\)\s*->.*)?\{\s*$")
+_INSTRUCTION = re.compile(r"^\s*(?P<root>ROOT\s+)?%?(?P<name>[\w.\-$]+)\s*=\s*(?P<rest>\S.*)$")
+_OPCODE = re.compile(r"([\w\-]+)\(")
+_REFERENCE = re.compile(r"%?([\w.\-$]+)")
+_MODULE = re.compile(r"^HloModule\s+([^\s,]+)")
+_OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
+_CONFIG_KIND = re.compile(r'\\?"kind\\?"\s*:\s*\\?"([^"\\]+)')
+_CLOSERS = {"(": ")", "{": "}", "[": "]"}
+_GRAPH_CALL = "CompiledFxGraph"
+_COMPILED_REGION = "Torch-Compiled Region"
+_TORCH_RUNTIME = re.compile(r"TorchDynamo|Torch-Compiled Region|CompiledFxGraph|Pregraph bytecode|AOTDispatcher")
+
+
+@dataclass(frozen=True)
+class HloInstruction:
+    """One instruction line: `[ROOT] %name = shape opcode(operands), attr=value, ...`."""
+
+    name: str
+    opcode: str
+    shape: str
+    attrs: Mapping[str, str]
+    root: bool
+    line: int
+
+    def references(self, attribute: str) -> list[str]:
+        """Computation names an attribute refers to (`calls=%c`, `branch_computations={%a, %b}`)."""
+        value = self.attrs.get(attribute, "").strip().strip("{}")
+        return [m[1] for part in value.split(",") if (m := _REFERENCE.fullmatch(part.strip()))]
+
+
+@dataclass(frozen=True)
+class HloComputation:
+    """A computation: its name, whether it is the module's ENTRY, and its instructions in order."""
+
+    name: str
+    entry: bool
+    instructions: tuple[HloInstruction, ...]
+
+
+@dataclass(frozen=True)
+class HloModule:
+    """An HLO module parsed from text: its name (if the header gives one) and its computations by name."""
+
+    name: str | None
+    computations: Mapping[str, HloComputation]
+
+    @property
+    def entry(self) -> HloComputation:
+        """The ENTRY computation (`parse_hlo` makes sure there is exactly one)."""
+        return next(c for c in self.computations.values() if c.entry)
+
+    def computation(self, name: str, user: HloInstruction) -> HloComputation:
+        """The computation `name`, which `user` calls; an error naming both when the text lacks it."""
+        try:
+            return self.computations[name]
+        except KeyError:
+            raise WorkbenchError(f"HLO line {user.line}: %{user.name} calls %{name}, which is not in the module") \
+                from None
+
+    def executed(self) -> Iterator[HloComputation]:
+        """The entry, then every computation that control flow below it runs (while bodies and conditions,
+        conditional branches, called and async computations), each once; fused and reducer computations
+        are not among them."""
+        seen: set[str] = set()
+        todo = [self.entry]
+        while todo:
+            computation = todo.pop(0)
+            if computation.name in seen:
+                continue
+            seen.add(computation.name)
+            yield computation
+            for inst in computation.instructions:
+                for attribute in CONTROL_FLOW.get(inst.opcode, ()):
+                    todo.extend(self.computation(name, inst) for name in inst.references(attribute))
+
+    def fused_opcodes(self, computation: HloComputation, user: HloInstruction, depth: int = 0) -> list[str]:
+        """Opcodes of the real ops of a fused computation, nested fusions expanded, in text order."""
+        if depth > len(self.computations):
+            raise WorkbenchError(f"HLO line {user.line}: %{user.name} calls itself through nested fusions")
+        ops: list[str] = []
+        for inst in computation.instructions:
+            if inst.opcode == "fusion":
+                for name in inst.references("calls"):
+                    ops.extend(self.fused_opcodes(self.computation(name, inst), inst, depth + 1))
+            elif inst.opcode not in FUSED_PLUMBING:
+                ops.append(inst.opcode)
+        return ops
+
+
+def parse_hlo(hlo_text: str) -> HloModule:
+    """Parse HLO module text (`compiled.as_text()`, `HloModule.to_string()`); malformed text raises
+    WorkbenchError naming the line and the problem."""
+    if not isinstance(hlo_text, str) or not hlo_text.strip():
+        raise WorkbenchError("HLO text is empty")
+    module_name: str | None = None
+    computations: dict[str, HloComputation] = {}
+    current: tuple[str, bool, int] | None = None
+    instructions: list[HloInstruction] = []
+    for number, line in enumerate(hlo_text.splitlines(), start=1):
+        stripped = line.strip()
+        if current is None:
+            if module_name is None and (header := _MODULE.match(stripped)):
+                module_name = header[1]
+            elif (opening := _COMPUTATION.match(line)) and not line[:1].isspace():
+                current = (opening["name"], bool(opening["entry"]), number)
+                instructions = []
+            continue
+        if stripped == "}":
+            name, entry, _ = current
+            if name in computations:
+                raise WorkbenchError(f"HLO line {number}: computation %{name} is defined twice")
+            computations[name] = HloComputation(name, entry, tuple(instructions))
+            current = None
+        elif stripped:
+            instructions.append(_instruction(line, number))
+    if current is not None:
+        raise WorkbenchError(f"HLO text ends inside computation %{current[0]} (opened on line {current[2]}, "
+                             "no closing '}')")
+    entries = [c.name for c in computations.values() if c.entry]
+    if not entries:
+        problem = "no computations" if not computations else "no ENTRY computation"
+        raise WorkbenchError(f"HLO text has {problem} (is it HLO module text, e.g. compiled.as_text()?)")
+    if len(entries) > 1:
+        raise WorkbenchError(f"HLO text has {len(entries)} ENTRY computations: {', '.join(entries)}")
+    return HloModule(module_name, computations)
+
+
+def hlo_fusions(hlo_text: str) -> pd.DataFrame:
+    """One row per fusion instruction of the executed computations (entry and control-flow bodies).
+
+    | name | computation | kind | calls | fused_ops | n_ops | single_op | shape | custom_kind | op_name |
+
+    `kind` is loop / input / output / custom; `fused_ops` the opcodes of the called computation's real ops
+    ("dot, tanh, multiply"; parameters, constants, tuples and bitcasts left out), `n_ops` their number;
+    `single_op` marks a fusion of one op (XLA:CPU's `wrapped_<op>`), an unfused op in all but name.
+    `custom_kind` names a custom fusion's kind (`ynn_fusion`, `triton_gemm`, ...) from its backend_config,
+    else from its name; `op_name` is the JAX op path from the metadata.
+    """
+    module = parse_hlo(hlo_text)
+    rows = []
+    for computation in module.executed():
+        for inst in computation.instructions:
+            if inst.opcode != "fusion":
+                continue
+            rows.append(_fusion_row(module, computation, inst))
+    return pd.DataFrame(rows, columns=[*FUSION_COLUMNS])
+
+
+def hlo_summary(hlo_text: str) -> dict[str, Any]:
+    """Counts over the executed computations of an HLO module, each instruction counted once (a while
+    body is counted once, not once per trip).
+
+    `fusions`: fusions of several ops, also by kind in `fusions_by_kind`; `fused_ops`: the ops inside them;
+    `single_op_fusions`: one-op fusions; `unfused_ops`: ops that run alone (one-op fusions, bare compute
+    instructions such as a `dot`, custom calls), by opcode in `unfused_by_opcode`; `custom_calls`: the
+    custom calls among them; `kernels`: launch units, `fusions + unfused_ops`. Control flow (`while`,
+    `conditional`, `call`) and plumbing (parameters, constants, tuples, bitcasts, async waits) are no kernels.
+    """
+    module = parse_hlo(hlo_text)
+    by_kind = dict.fromkeys(FUSION_KINDS.values(), 0)
+    unfused: Counter[str] = Counter()
+    fused_ops = single = custom_calls = control = instructions = 0
+    for computation in module.executed():
+        instructions += len(computation.instructions)
+        for inst in computation.instructions:
+            if inst.opcode == "fusion":
+                row = _fusion_row(module, computation, inst)
+                if row["single_op"]:
+                    single += 1
+                    unfused[row["fused_ops"] or "fusion"] += 1
+                else:
+                    by_kind[row["kind"]] = by_kind.get(row["kind"], 0) + 1
+                    fused_ops += row["n_ops"]
+            elif inst.opcode in CONTROL_FLOW:
+                control += inst.opcode != "async-start"
+            elif inst.opcode not in PLUMBING and not inst.opcode.endswith(("-done", "-update")):
+                unfused[inst.opcode] += 1
+                custom_calls += inst.opcode == "custom-call"
+    fusions = sum(by_kind.values())
+    return {
+        "module": module.name,
+        "computations": len(module.computations),
+        "entry_instructions": len(module.entry.instructions),
+        "instructions": instructions,
+        "fusions": fusions,
+        "fusions_by_kind": by_kind,
+        "fused_ops": fused_ops,
+        "single_op_fusions": single,
+        "unfused_ops": sum(unfused.values()),
+        "unfused_by_opcode": dict(unfused.most_common()),
+        "custom_calls": custom_calls,
+        "control_flow": control,
+        "kernels": fusions + sum(unfused.values()),
+    }
+
+
+@dataclass(frozen=True)
+class FusionInputs:
+    """What `fusion_table` needs of one run: its variant and framework, and whichever of the optimized
+    HLO text, XLA's `compiled.cost_analysis()` and the profiled trace the run has."""
+
+    variant: str
+    framework: Literal["jax", "torch"]
+    hlo_text: str | None = None
+    cost_analysis: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None
+    trace: Trace | None = None
+
+    def __post_init__(self) -> None:
+        if not self.variant:
+            raise WorkbenchError("FusionInputs needs a variant name")
+        if self.framework not in ("jax", "torch"):
+            raise WorkbenchError(f"variant {self.variant}: framework must be 'jax' or 'torch', "
+                                 f"got {self.framework!r}")
+
+
+def fusion_inputs(bundle: Bundle) -> FusionInputs:
+    """What `fusion_table` needs, from a run bundle: its trace, and for a JAX run the optimized HLO
+    (`compile/optimized.hlo.txt`) and XLA's cost analysis (run.json `notes.xla`)."""
+    variant = bundle.info.get("variant") or {}
+    name = str(variant.get("name") or bundle.run_id) if isinstance(variant, dict) else str(variant)
+    framework = "jax" if isinstance(variant, dict) and variant.get("backend") == "jax" else "torch"
+    hlo = bundle.path / "compile" / OPTIMIZED_HLO
+    xla = ((bundle.info.get("notes") or {}).get("xla") or {})
+    return FusionInputs(variant=name, framework=framework,
+                        hlo_text=hlo.read_text(encoding="utf-8") if hlo.is_file() else None,
+                        cost_analysis=xla.get("cost_analysis"), trace=bundle.trace() if bundle.has_trace else None)
+
+
+def fusion_table(runs: Sequence[FusionInputs]) -> pd.DataFrame:
+    """One row per run: kernels, fusions and time per profiled step, bytes accessed and FLOPs.
+
+    | variant | framework | steps | kernels | fusions | fused_ops | unfused_ops | elementwise_ops |
+    | hlo_kernels | kernel_ns | step_ns | bytes_accessed | flops |
+
+    Per-step figures are medians over the trace's steps (`steps.step_windows`): `kernels` counts the trace's
+    `kernel_units` (the HLO's static `kernels` when there is no trace), `kernel_ns` sums their time,
+    `step_ns` is the steps' wall time. With HLO text, `fusions` / `fused_ops` / `unfused_ops` come from
+    `hlo_summary` and `hlo_kernels` is its static kernel count; without, from the trace: fused kernels
+    (`FUSED_NAME`), `fused_ops` unknown (NaN), unfused = the other kernels. `elementwise_ops` counts the
+    kernels of a CPU torch trace that are `ELEMENTWISE_OPS` (what a fusing compiler removes). `bytes_accessed`
+    and `flops` come from the cost analysis, else from the trace's per-event `bytes` / `flops` when it has
+    any, else NaN.
+    """
+    rows = [_table_row(run) for run in runs]
+    return pd.DataFrame(rows, columns=[*TABLE_COLUMNS])
+
+
+def kernel_units(trace: Trace) -> pd.DataFrame:
+    """The events that are kernels (launch units) of the trace, with the step each ran in.
+
+    | row | name | start_ns | dur_ns | fused | step |
+
+    - XLA ops (`hlo` events, JAX/XProf): the leaf ones (a `while` op enclosing its body's ops is not one).
+    - Else device kernels (`kernel` events, torch on GPU, nsys); a kernel belongs to the step its launching
+      host op started in.
+    - Else host ops of a CPU torch trace: inside a compiled graph (`## Call CompiledFxGraph`) its direct op
+      children, inductor's generated kernels (`graph_0_cpp_fused_*`) and extern ops (`aten::addmm`, ...);
+      outside compiled regions the outermost ops, each one call dispatched from Python (`aten::linear`,
+      whose `aten::addmm` does the GEMM; counting leaf ops instead would count `aten::as_strided` and miss
+      the GEMM's time). Dynamo's and AOT's runtime wrappers are no kernels.
+
+    Kernels never nest, so their times add up.
+
+    `fused` marks kernels whose name says they were fused (`FUSED_NAME`); `step` is the index into
+    `steps.step_windows`, -1 for kernels outside every step.
+    """
+    events = trace.df()
+    return _kernel_units(events, step_windows_of(events, trace))
+
+
+def _kernel_units(events: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+    """`kernel_units` over the trace's events table and step windows."""
+    kind = events["kind"].astype(str).to_numpy()
+    names = events["name"].astype(str)
+    unit_kind = _unit_kind(kind)
+    if unit_kind == "hlo":
+        is_hlo = kind == "hlo"
+        picked = is_hlo & ~_has_descendant(events, is_hlo)
+        when = events["start_ns"].to_numpy()
+    elif unit_kind == "kernel":
+        picked = kind == "kernel"
+        launcher = events["launcher"].to_numpy()
+        when = np.where(launcher >= 0, events["start_ns"].to_numpy()[np.maximum(launcher, 0)],
+                        events["start_ns"].to_numpy())
+    else:
+        picked = _torch_cpu_kernels(events, names, kind == "op")
+        when = events["start_ns"].to_numpy()
+    rows = np.flatnonzero(picked)
+    return pd.DataFrame({
+        "row": rows,
+        "name": names.to_numpy()[rows],
+        "start_ns": events["start_ns"].to_numpy()[rows],
+        "dur_ns": events["dur_ns"].to_numpy()[rows],
+        "fused": names.str.contains(FUSED_NAME).to_numpy()[rows],
+        "step": _step_of(when[rows], windows),
+    })
+
+
+def _table_row(run: FusionInputs) -> dict[str, Any]:
+    """One `fusion_table` row (see there)."""
+    row: dict[str, Any] = dict.fromkeys(TABLE_COLUMNS, math.nan)
+    row.update(variant=run.variant, framework=run.framework)
+    if run.hlo_text is not None:
+        summary = hlo_summary(run.hlo_text)
+        row.update(kernels=summary["kernels"], hlo_kernels=summary["kernels"], fusions=summary["fusions"],
+                   fused_ops=summary["fused_ops"], unfused_ops=summary["unfused_ops"])
+    if run.trace is not None:
+        events = run.trace.df()
+        windows = step_windows_of(events, run.trace)
+        units = _kernel_units(events, windows)
+        steps = len(windows)
+        in_step = units[units["step"] >= 0].assign(
+            one=1, unfused=lambda u: ~u["fused"], elementwise=lambda u: u["name"].isin(ELEMENTWISE_OPS))
+        row.update(steps=steps, kernels=_median_per_step(in_step, "one", steps),
+                   kernel_ns=_median_per_step(in_step, "dur_ns", steps),
+                   step_ns=float((windows["end_ns"] - windows["start_ns"]).median()))
+        if run.hlo_text is None:
+            row.update(fusions=_median_per_step(in_step, "fused", steps),
+                       unfused_ops=_median_per_step(in_step, "unfused", steps))
+        if _unit_kind(events["kind"].astype(str).to_numpy()) == "op":
+            row["elementwise_ops"] = _median_per_step(in_step, "elementwise", steps)
+        for column, figure in (("flops", "flops"), ("bytes", "bytes_accessed")):
+            row[figure] = _trace_total(events, units, windows, column)
+    if run.cost_analysis is not None:
+        cost = _cost(run)
+        row.update(flops=_float(cost.get("flops")), bytes_accessed=_float(cost.get("bytes accessed")))
+    return row
+
+
+def _unit_kind(kind: np.ndarray) -> str:
+    """Which events are a trace's kernels: `hlo` (XLA ops), else `kernel` (device kernels), else `op`."""
+    return next((k for k in ("hlo", "kernel") if (kind == k).any()), "op")
+
+
+def _median_per_step(units: pd.DataFrame, column: str, steps: int) -> float:
+    """Median over all `steps` of the per-step sum of `column` (a step without units counts 0)."""
+    totals = units.groupby("step")[column].sum().reindex(range(steps), fill_value=0)
+    return float(totals.median()) if steps else math.nan
+
+
+def _trace_total(events: pd.DataFrame, units: pd.DataFrame, windows: pd.DataFrame, column: str) -> float:
+    """Median per step of a per-event figure (`flops`, `bytes`) summed over all events of the kernels' kind,
+    not only the kernels (torch puts FLOPs on `aten::addmm`, nested in eager's `aten::linear`); NaN when no
+    event has one."""
+    if units.empty:
+        return math.nan
+    kind = events["kind"].iloc[int(units["row"].iloc[0])]
+    known = events[(events["kind"] == kind) & events[column].notna()]
+    if known.empty:
+        return math.nan
+    step = _step_of(known["start_ns"].to_numpy(), windows)
+    totals = pd.DataFrame({"step": step, column: known[column].to_numpy()})
+    return _median_per_step(totals[totals["step"] >= 0], column, len(windows))
+
+
+def _cost(run: FusionInputs) -> Mapping[str, Any]:
+    """The cost analysis as one mapping (older jax returns a list of one dict per device program)."""
+    cost = run.cost_analysis
+    if isinstance(cost, Sequence) and not isinstance(cost, (str, bytes)):
+        if len(cost) != 1 or not isinstance(cost[0], Mapping):
+            raise WorkbenchError(f"variant {run.variant}: cost_analysis is a list of {len(cost)} entries; "
+                                 "expected one dict")
+        cost = cost[0]
+    if not isinstance(cost, Mapping):
+        raise WorkbenchError(f"variant {run.variant}: cost_analysis must be a dict (compiled.cost_analysis()), "
+                             f"got {type(cost).__name__}")
+    return cost
+
+
+def _float(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+
+def _fusion_row(module: HloModule, computation: HloComputation, inst: HloInstruction) -> dict[str, Any]:
+    """The `hlo_fusions` row of one fusion instruction."""
+    called = inst.references("calls")
+    if len(called) != 1:
+        raise WorkbenchError(f"HLO line {inst.line}: fusion %{inst.name} has no single calls=%computation")
+    raw_kind = inst.attrs.get("kind")
+    if raw_kind is None:
+        raise WorkbenchError(f"HLO line {inst.line}: fusion %{inst.name} has no kind=")
+    kind = FUSION_KINDS.get(raw_kind, raw_kind.removeprefix("k").lower())
+    ops = module.fused_opcodes(module.computation(called[0], inst), inst)
+    custom_kind = None
+    if kind == "custom":
+        found = _CONFIG_KIND.search(inst.attrs.get("backend_config", ""))
+        custom_kind = (found[1] if found else inst.name.split(".")[0]).lstrip("_")
+    op_name = _OP_NAME.search(inst.attrs.get("metadata", ""))
+    return {"name": inst.name, "computation": computation.name, "kind": kind, "calls": called[0],
+            "fused_ops": ", ".join(ops), "n_ops": len(ops), "single_op": len(ops) <= 1, "shape": inst.shape,
+            "custom_kind": custom_kind, "op_name": op_name[1] if op_name else None}
+
+
+def _instruction(line: str, number: int) -> HloInstruction:
+    """Parse one instruction line; an error naming the line when it is none."""
+    head = _INSTRUCTION.match(line)
+    if head is None:
+        raise WorkbenchError(f"HLO line {number}: not an instruction: {line.strip()[:120]!r}")
+    rest = head["rest"]
+    try:
+        shape_end = _closing(rest, 0) + 1 if rest.startswith("(") else len(rest.split(None, 1)[0])
+        shape, rest = rest[:shape_end], rest[shape_end:].lstrip()
+        opcode = _OPCODE.match(rest)
+        if opcode is None:
+            raise ValueError("no opcode(operands) after the shape")
+        operands_end = _closing(rest, opcode.end() - 1)
+        attrs: dict[str, str] = {}
+        tail = rest[operands_end + 1:].strip()
+        if tail and not tail.startswith(","):
+            raise ValueError(f"unexpected text after the operands: {tail[:40]!r}")
+        for part in _split_top(tail[1:]):
+            key, _, value = part.partition("=")
+            attrs[key.strip()] = value.strip()
+    except ValueError as exc:
+        raise WorkbenchError(f"HLO line {number}: malformed instruction %{head['name']}: {exc}") from None
+    return HloInstruction(head["name"], opcode[1], shape, attrs, bool(head["root"]), number)
+
+
+def _closing(text: str, start: int) -> int:
+    """Index of the bracket closing the one at `start`, skipping nested brackets and quoted strings."""
+    stack: list[str] = []
+    quoted = False
+    i = start
+    while i < len(text):
+        char = text[i]
+        if quoted:
+            if char == "\\":
+                i += 1
+            elif char == '"':
+                quoted = False
+        elif char == '"':
+            quoted = True
+        elif char in _CLOSERS:
+            stack.append(_CLOSERS[char])
+        elif char in ")}]":
+            if not stack or stack.pop() != char:
+                raise ValueError(f"unbalanced {char!r} at column {i}")
+            if not stack:
+                return i
+        i += 1
+    raise ValueError(f"unclosed {text[start]!r}")
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on the commas outside brackets and quoted strings; empty parts dropped."""
+    parts, depth, quoted, start, i = [], 0, False, 0, 0
+    while i < len(text):
+        char = text[i]
+        if quoted:
+            if char == "\\":
+                i += 1
+            elif char == '"':
+                quoted = False
+        elif char == '"':
+            quoted = True
+        elif char in _CLOSERS:
+            depth += 1
+        elif char in ")}]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced {char!r} in the attributes")
+        elif char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    if depth or quoted:
+        raise ValueError("unclosed bracket or string in the attributes")
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _step_of(times: np.ndarray, windows: pd.DataFrame) -> np.ndarray:
+    """Index of the step window each time falls in, -1 outside every window."""
+    starts, ends = windows["start_ns"].to_numpy(), windows["end_ns"].to_numpy()
+    index = np.searchsorted(starts, times, side="right") - 1
+    inside = (index >= 0) & (times < ends[np.maximum(index, 0)])
+    return np.where(inside, index, -1)
+
+
+def _has_ancestor(events: pd.DataFrame, mask: np.ndarray) -> np.ndarray:
+    """Per event, whether an enclosing span on its track (parent, grandparent, ...) satisfies `mask`."""
+    parent, depth = events["parent"].to_numpy(), events["depth"].to_numpy()
+    below = np.zeros(len(events), dtype=bool)
+    for level in range(1, int(depth.max()) + 1 if len(depth) else 0):
+        rows = np.flatnonzero((depth == level) & (parent >= 0))
+        up = parent[rows]
+        below[rows] = mask[up] | below[up]
+    return below
+
+
+def _has_descendant(events: pd.DataFrame, mask: np.ndarray) -> np.ndarray:
+    """Per event, whether a span nested in it (child, grandchild, ...) satisfies `mask`."""
+    parent, depth = events["parent"].to_numpy(), events["depth"].to_numpy()
+    above = np.zeros(len(events), dtype=bool)
+    for level in range(int(depth.max()) if len(depth) else 0, 0, -1):
+        rows = np.flatnonzero((depth == level) & (parent >= 0) & (mask | above))
+        above[parent[rows]] = True
+    return above
+
+
+def _torch_cpu_kernels(events: pd.DataFrame, names: pd.Series, is_op: np.ndarray) -> np.ndarray:
+    """The kernels of a CPU torch trace (see `kernel_units`)."""
+    graph_call = names.str.contains(_GRAPH_CALL, regex=False).to_numpy()
+    region = names.str.contains(_COMPILED_REGION, regex=False).to_numpy()
+    parent = events["parent"].to_numpy()
+    in_graph = _has_ancestor(events, graph_call)
+    in_region = _has_ancestor(events, region)
+    graph_child = (parent >= 0) & graph_call[np.maximum(parent, 0)]
+    outermost = ~_has_ancestor(events, is_op) & ~in_region & ~names.str.contains(_TORCH_RUNTIME).to_numpy()
+    return is_op & np.where(in_graph, graph_child, outermost)
