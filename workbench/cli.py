@@ -8,6 +8,7 @@ Exit codes: 0 success; 1 a capture in which some variants failed (the others wer
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -82,13 +83,16 @@ def main() -> None:
               help="Also write the experiment's HTML report to this file.")
 @_out_option
 @_json_option
+@click.option("--progress-json", is_flag=True,
+              help='Progress as JSON lines on stderr ({"task", "completed", "total", "done"}) for programs.')
 def capture(model: str, variants: str, batch: int, seq: int | None, device: str, iterations: int, warmup: int,
             threads: int | None, profile: bool, steady_state_only: bool, profile_steps: int, with_stack: bool,
-            overrides: tuple[str, ...], report_path: Path | None, out_dir: Path | None, as_json: bool) -> None:
+            overrides: tuple[str, ...], report_path: Path | None, out_dir: Path | None, as_json: bool,
+            progress_json: bool) -> None:
     """Benchmark and profile a model in several variants: one bundle per variant plus an experiment."""
     from workbench.capture.torch_profiler import ProfileSettings
     from workbench.experiment import ExperimentSettings, run_experiment
-    from workbench.progress import RichProgress
+    from workbench.progress import JsonProgress, RichProgress
 
     with _errors():
         settings = ExperimentSettings(
@@ -106,7 +110,8 @@ def capture(model: str, variants: str, batch: int, seq: int | None, device: str,
             model_overrides=_parse_overrides(overrides),
         )
         root = traces_root(out_dir)
-        with RichProgress(err, enabled=not as_json) as progress:
+        shown = JsonProgress(sys.stderr) if progress_json else RichProgress(err, enabled=not as_json)
+        with shown as progress:
             result = run_experiment(settings, root, progress=progress)
     runs = [r.to_dict() for r in result.runs]
     written = None
@@ -194,13 +199,14 @@ def _nothing() -> Iterator[None]:
 @_json_option
 def ls(out_dir: Path | None, as_json: bool) -> None:
     """List the runs under the traces root, oldest first."""
+    from workbench.analysis.summary import run_row
     from workbench.trace.bundle import list_bundles
 
     root = traces_root(out_dir)
     problems: list[str] = []
     with _errors():
         bundles = list_bundles(root, on_problem=lambda path, message: problems.append(f"{path}: {message}"))
-    rows = [_ls_row(b.run_id, b.info) for b in bundles]
+    rows = [run_row(b.run_id, b.info) for b in bundles]
     if as_json:
         _print_json(rows)
     else:
@@ -213,21 +219,6 @@ def ls(out_dir: Path | None, as_json: bool) -> None:
         out.print(table if rows else f"no runs in {root} (create some with `workbench capture`)")
     for problem in problems:
         err.print(f"[yellow]skipped[/] {problem}", highlight=False)
-
-
-def _ls_row(run_id: str, info: dict[str, Any]) -> dict[str, Any]:
-    from workbench.analysis.summary import display_name
-
-    return {
-        "run": run_id,
-        "model": display_name(info.get("model")),
-        "variant": display_name(info.get("variant")),
-        "device": info.get("device"),
-        "status": info.get("status"),
-        "p50_ms": (info.get("benchmark") or {}).get("p50"),
-        "experiment": info.get("experiment"),
-        "created": info.get("created", ""),
-    }
 
 
 @main.command()
@@ -313,3 +304,37 @@ def rm(runs: tuple[str, ...], out_dir: Path | None) -> None:
         for run in runs:
             delete_bundle(run, root)
             click.echo(f"deleted {run}")
+
+
+@main.command(name="xprof")
+@click.argument("run")
+@click.option("--port", default=0, show_default=True, type=click.IntRange(0, 65535),
+              help="Port on 127.0.0.1 (0: a free one).")
+@click.option("--no-browser", is_flag=True,
+              help="Print the URL without opening a browser (none opens where there is no display).")
+@_out_option
+def xprof(run: str, port: int, no_browser: bool, out_dir: Path | None) -> None:
+    """Serve XProf's own UI on a JAX run (id or bundle path), on 127.0.0.1, until Ctrl-C."""
+    import webbrowser
+
+    from workbench.trace.bundle import open_bundle
+    from workbench.xprof_server import serve_bundle
+
+    with _errors():
+        bundle = open_bundle(run, traces_root(out_dir))
+        with err.status("starting XProf", spinner="dots"):
+            server = serve_bundle(bundle, port=port)
+        with server:
+            click.echo(server.url)
+            err.print("XProf is serving; press Ctrl-C to stop it", highlight=False)
+            if not no_browser and _has_gui():
+                webbrowser.open(server.url)
+            code = server.wait()
+            tail = server.log_tail()
+        raise WorkbenchError(f"the XProf server stopped by itself (exit code {code}); its log ends:\n{tail}")
+
+
+def _has_gui() -> bool:
+    """Whether a browser window can open: without a display, Python's `webbrowser` would start a
+    console browser (lynx, w3m) in this terminal instead."""
+    return sys.platform in ("darwin", "win32") or bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))

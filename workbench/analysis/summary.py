@@ -64,3 +64,18 @@ def display_name(value: Any) -> Any:
 
 def _records(table) -> list[dict[str, Any]]:
     return [{k: (None if v != v else v) for k, v in row.items()} for row in table.to_dict("records")]
+
+
+def run_row(run_id: str, info: dict[str, Any]) -> dict[str, Any]:
+    """One run's line in listings (`workbench ls`, the server's `GET runs`): its id, what ran where,
+    its status, median latency, experiment and creation time."""
+    return {
+        "run": run_id,
+        "model": display_name(info.get("model")),
+        "variant": display_name(info.get("variant")),
+        "device": info.get("device"),
+        "status": info.get("status"),
+        "p50_ms": (info.get("benchmark") or {}).get("p50"),
+        "experiment": info.get("experiment"),
+        "created": info.get("created", ""),
+    }

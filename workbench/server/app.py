@@ -1,0 +1,78 @@
+"""The Jupyter server extension: the workbench REST API, capture jobs and BokehJS for the JupyterLab panel.
+
+Configuration (jupyter_server_config.py, or `--WorkbenchServerApp.max_jobs=2` on the command line):
+
+    c.WorkbenchServerApp.traces_root = "traces"   # relative to the server's root_dir
+    c.WorkbenchServerApp.max_jobs = 1             # capture jobs running at once; the others queue
+    c.WorkbenchServerApp.cancel_grace_s = 10.0    # after SIGINT, seconds before a cancelled job is killed
+
+BokehJS is served from the installed bokeh package under `<base_url>/workbench/static/bokeh/`
+(e.g. `js/bokeh.min.js`), behind the server's authentication, so the JavaScript always matches the
+Python that builds the json_items.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from jupyter_server.base.handlers import AuthenticatedFileHandler
+from jupyter_server.extension.application import ExtensionApp
+from traitlets import Float, Int, Unicode, validate
+
+from workbench.paths import TRACES_ENV
+from workbench.server.handlers import ServerState, api_handlers
+from workbench.server.jobs import JobManager
+
+
+class WorkbenchServerApp(ExtensionApp):
+    """Adds the workbench API and BokehJS to a Jupyter server; stops its capture jobs with the server."""
+
+    name = "workbench"
+
+    traces_root = Unicode(
+        "", config=True,
+        help=f"Traces root; a relative path is taken from the server's root_dir. Empty: ${TRACES_ENV} if "
+             "set, else 'traces' (the CLI's default, seen from root_dir).",
+    )
+    max_jobs = Int(1, config=True, help="Capture jobs that run at once; the others wait in a queue.")
+    cancel_grace_s = Float(10.0, config=True,
+                           help="Seconds a cancelled job has to stop after SIGINT before it is killed.")
+
+    @validate("max_jobs")
+    def _check_max_jobs(self, proposal: dict) -> int:
+        if proposal["value"] < 1:
+            raise ValueError(f"max_jobs must be at least 1, got {proposal['value']}")
+        return proposal["value"]
+
+    def initialize_settings(self) -> None:
+        root_dir = Path(self.serverapp.root_dir).expanduser()
+        root = resolve_traces_root(self.traces_root, root_dir)
+        self.jobs = JobManager(max_running=self.max_jobs, grace_s=self.cancel_grace_s)
+        self.state = ServerState(root=root, jobs=self.jobs, cwd=root_dir,
+                                 capture_command=lambda args: capture_command(args, root))
+        self.log.info("workbench: traces root %s; at most %d capture job(s) at a time", root, self.max_jobs)
+
+    def initialize_handlers(self) -> None:
+        from bokeh.util.paths import bokehjs_path
+
+        self.handlers.extend(api_handlers(self.state))
+        self.handlers.append((r"workbench/static/bokeh/(.*)", AuthenticatedFileHandler, {"path": str(bokehjs_path())}))
+
+    async def stop_extension(self) -> None:
+        """Cancel the capture jobs still queued or running: their processes must not outlive the server."""
+        await self.jobs.shutdown()
+
+
+def resolve_traces_root(configured: str, root_dir: Path) -> Path:
+    """The traces root the server reads and captures into: `configured`, else `$WORKBENCH_TRACES`, else
+    `traces`, a relative one taken from `root_dir` (where the CLI takes it from the working directory)."""
+    chosen = Path(configured or os.environ.get(TRACES_ENV) or "traces").expanduser()
+    return (root_dir / chosen).absolute()
+
+
+def capture_command(args: list[str], root: Path) -> list[str]:
+    """The command line of a capture job: the CLI run by the server's own interpreter, writing into `root`,
+    with its result as JSON on stdout and its progress as JSON lines on stderr."""
+    return [sys.executable, "-m", "workbench", "capture", *args, "--json", "--progress-json", "--out", str(root)]

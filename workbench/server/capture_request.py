@@ -1,0 +1,91 @@
+"""The body of `POST jobs` as `workbench capture` options, checked by the CLI's own option parser.
+
+    {"model": "mlp", "variants": ["eager", "int8"], "batch": 2, "iterations": 10, "profile": false,
+     "overrides": {"hidden": 64}}   ->   --model mlp --variants eager,int8 --batch 2 --iterations 10
+                                         --no-profile --set hidden=64
+
+Keys are the capture command's parameter names; where the server decides (traces root, output format,
+report file) the key is refused, as is any key the command lacks. Values keep their JSON types: an
+integer option takes a JSON integer, a flag `true`/`false`, `null` leaves the CLI's default.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from workbench.cli import capture
+from workbench.errors import WorkbenchError
+
+OPTIONS = ("model", "variants", "batch", "seq", "device", "iterations", "warmup", "threads", "profile",
+           "steady_state_only", "profile_steps", "with_stack", "overrides")
+"""The capture options a job may set (`overrides` is the CLI's repeated `--set KEY=VALUE`)."""
+
+
+class CaptureRequestError(WorkbenchError):
+    """A `POST jobs` body that does not describe a capture; the message names the key and the problem."""
+
+
+def capture_args(body: Any) -> list[str]:
+    """The `workbench capture` arguments `body` asks for (a JSON object), validated as the CLI would."""
+    if not isinstance(body, Mapping):
+        raise CaptureRequestError(f"the body must be a JSON object of capture options ({', '.join(OPTIONS)})")
+    unknown = sorted(set(body) - set(OPTIONS))
+    if unknown:
+        raise CaptureRequestError(f"unknown capture option(s) {', '.join(map(repr, unknown))}; "
+                                  f"valid: {', '.join(OPTIONS)}")
+    params = {param.name: param for param in capture.params if isinstance(param, click.Option)}
+    args: list[str] = []
+    for key, value in body.items():
+        if key == "overrides":
+            args += _set_args(value)
+        elif key == "variants" and isinstance(value, list):
+            args += _option_args(params[key], _joined_variants(value))
+        else:
+            args += _option_args(params[key], value)
+    try:
+        with capture.make_context("capture", list(args)):
+            pass
+    except click.ClickException as exc:
+        raise CaptureRequestError(exc.format_message()) from exc
+    return args
+
+
+def _option_args(param: click.Option, value: Any) -> list[str]:
+    """The command-line words that give `param` the JSON `value`."""
+    name = param.name
+    if value is None:
+        return []
+    if param.is_flag:
+        if not isinstance(value, bool):
+            raise CaptureRequestError(f"{name}: expected true or false, got {value!r}")
+        if param.secondary_opts:  # --profile/--no-profile
+            return [param.opts[0] if value else param.secondary_opts[0]]
+        return [param.opts[0]] if value else []
+    expected = int if isinstance(param.type, click.types.IntParamType) else str
+    if isinstance(value, bool) or not isinstance(value, expected):
+        kind = "an integer" if expected is int else "a string"
+        raise CaptureRequestError(f"{name}: expected {kind}, got {value!r}")
+    return [param.opts[0], str(value)]
+
+
+def _joined_variants(value: list[Any]) -> str:
+    """A JSON list of variant names as the CLI's comma-separated `--variants`."""
+    if not value or not all(isinstance(v, str) and v and "," not in v for v in value):
+        raise CaptureRequestError(f"variants: expected a non-empty list of variant names, got {value!r}")
+    return ",".join(value)
+
+
+def _set_args(value: Any) -> list[str]:
+    """A JSON object of model config overrides as `--set KEY=VALUE` words (values as JSON, as the CLI reads them)."""
+    if not isinstance(value, Mapping):
+        raise CaptureRequestError(f"overrides: expected an object of model config keys and values, got {value!r}")
+    args: list[str] = []
+    for key, item in value.items():
+        if not key or "=" in key:
+            raise CaptureRequestError(f"overrides: {key!r} is not a model config key")
+        args += ["--set", f"{key}={json.dumps(item)}"]
+    return args
