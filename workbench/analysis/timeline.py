@@ -192,7 +192,7 @@ def density(trace: Trace, *, bins: int = 2048, levels: int = 4, lane_table: pd.D
     name_codes, name_names = _codes(trace.events["name"])
     depth = _numpy(trace.events["depth"])
     busy_rows = np.flatnonzero(_busy_rows(trace, lane, n_lanes) & (end > start))
-    union = _union(lane[busy_rows], start[busy_rows] - origin, end[busy_rows] - origin, span)
+    union = union_intervals(lane[busy_rows], start[busy_rows] - origin, end[busy_rows] - origin, span)
     # Computed once at the finest level; each coarser level merges pairs of bins (bin b of a lane at
     # level l is bins 2b and 2b+1 at level l+1, so cell index c becomes c // 2).
     finest = level_bins[-1]
@@ -291,7 +291,7 @@ def _dominant(cell: np.ndarray, code: np.ndarray, total: np.ndarray, cells: np.n
     return code[best][np.searchsorted(cell[best], cells)]
 
 
-def _union(lane: np.ndarray, start: np.ndarray, end: np.ndarray, span: int) -> tuple[np.ndarray, ...]:
+def union_intervals(lane: np.ndarray, start: np.ndarray, end: np.ndarray, span: int) -> tuple[np.ndarray, ...]:
     """The union of intervals per lane, as (lane, start, end) of disjoint intervals."""
     if len(start) == 0:
         return lane, start, end
