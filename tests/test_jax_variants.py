@@ -145,3 +145,11 @@ def test_fusion_table_sets_jax_jit_against_jax_nofusion_and_eager(experiment: Ex
     assert jit["fusions"] > 0 and nofusion["fusions"] == 0
     assert nofusion["kernels"] > jit["kernels"] and nofusion["bytes_accessed"] > jit["bytes_accessed"]
     assert jit["steps"] == 2 and jit["flops"] > 0
+
+
+def test_runs_record_their_device_figures(experiment: ExperimentResult) -> None:
+    for variant in ("eager", "jax-jit"):
+        props = _run(experiment, variant)["device_properties"]
+        assert props["kind"] == "cpu" and props["measured"]
+        assert props["peak_flops"]["fp32"] > 0 and props["memory_bw_bytes_per_s"] > 0
+        assert props["sources"]["peak_flops.fp32"].startswith("measured")

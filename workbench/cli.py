@@ -338,3 +338,58 @@ def _has_gui() -> bool:
     """Whether a browser window can open: without a display, Python's `webbrowser` would start a
     console browser (lynx, w3m) in this terminal instead."""
     return sys.platform in ("darwin", "win32") or bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+@main.command()
+@click.argument("run")
+@click.option("--device", "device", default=None, metavar="SPEC",
+              help="Roofline against this device instead of the run's own: a built-in name (H100-SXM, "
+                   "tpu-v5e...), cpu, or an accelerator YAML file.")
+@click.option("--top", default=15, show_default=True, type=click.IntRange(min=1), help="Roofline rows printed.")
+@_out_option
+@_json_option
+def analyze(run: str, device: str | None, top: int, out_dir: Path | None, as_json: bool) -> None:
+    """Where the time goes and what bounds it: ranked findings with evidence and next steps, device
+    idle time, and the roofline of ops and kernels (the steady state of a capture)."""
+    from workbench.analysis.bottlenecks import analyze_run
+    from workbench.trace.bundle import open_bundle
+
+    with _errors():
+        bundle = open_bundle(run, traces_root(out_dir))
+        with err.status("analyzing", spinner="dots"):
+            result = analyze_run(bundle, device)
+    if as_json:
+        _print_json(result)
+        return
+    _print_analysis(result, top)
+
+
+def _print_analysis(result: dict[str, Any], top: int) -> None:
+    window = result.get("window")
+    scope = "measure phase" if window else "whole trace"
+    out.print(f"[bold]{result['run']}[/]  device figures: {result['device'] or 'unknown (give --device)'}  "
+              f"({scope})", highlight=False)
+    findings = Table(title="findings, largest share first", title_justify="left")
+    for column in ("kind", "share", "what", "next step"):
+        findings.add_column(column, justify="right" if column == "share" else "left", overflow="fold",
+                            max_width=None if column in ("kind", "share") else 60)
+    for finding in result["findings"]:
+        findings.add_row(finding["kind"], f"{finding['time_share']:.1%}", finding.get("title") or "",
+                         finding["suggestion"])
+    out.print(findings if result["findings"] else "no findings")
+    if result["idle"]:
+        _kv_table("device idle (ms)", {
+            f"{device} {key.removesuffix('_ns').replace('_', ' ')}": value / 1e6
+            for device, idle in result["idle"].items()
+            for key, value in idle.items() if key in ("busy_ns", "idle_ns", "largest_gap_ns")})
+    if result["roofline"]:
+        roof = Table(title=f"roofline (top {top} by time)", title_justify="left")
+        for column in ("kind", "name", "calls", "ms", "FLOP/B", "achieved TFLOP/s", "GB/s", "bound", "of roof"):
+            roof.add_column(column, justify="left" if column in ("kind", "name", "bound") else "right",
+                            no_wrap=True, overflow="ellipsis", max_width=60 if column == "name" else None)
+        for row in result["roofline"][:top]:
+            roof.add_row(row["kind"], row["name"], str(row["calls"]), _fmt(row["time_ns"] / 1e6),
+                         _fmt(row["intensity"]), _fmt((row["achieved_flops_per_s"] or 0) / 1e12),
+                         _fmt((row["achieved_bytes_per_s"] or 0) / 1e9), str(row["bound"]),
+                         "-" if row["fraction_of_roof"] is None else f"{row['fraction_of_roof']:.1%}")
+        out.print(roof)

@@ -265,6 +265,7 @@ class _Experiment:
         self.experiment_id = new_run_id(loaded.name, "experiment")
         self.environment = environment(settings.device)
         self.reference_error: str | None = None
+        self._device_properties: dict[tuple[str, Any], dict[str, Any] | None] = {}
 
     def run(self, variants: list[Variant], reference: Variant) -> ExperimentResult:
         runs = [self._new_run(variant) for variant in variants]
@@ -426,8 +427,25 @@ class _Experiment:
             "phases_ms": {"setup": run.setup_ms, "profiled": profiled.phases_ms if profiled else None},
             "capture": capture,
             "xprof": run.xprof,
+            "device_properties": self.device_properties(run),
             "op_flops": profiled.op_flops if profiled else None,
         }
+
+    def device_properties(self, run: _VariantRun) -> dict[str, Any] | None:
+        """The figures of the device `run` ran on (peak FLOP/s per dtype, memory bandwidth and size, with
+        sources): a GPU or TPU from the hardware table, the CPU as measured here (cached per machine and
+        thread count). None when the device is unknown to the table or the run never got a device."""
+        from workbench.hardware import local_cpu_spec, match_device
+
+        device = run.notes.get("device")
+        if device is None:
+            return None
+        key = (device, run.notes.get("device_name") or run.notes.get("torch_threads"))
+        if key not in self._device_properties:
+            spec = local_cpu_spec(run.notes.get("torch_threads")) if device == "cpu" else \
+                match_device(str(run.notes.get("device_name") or ""))
+            self._device_properties[key] = spec.to_dict() if spec else None
+        return self._device_properties[key]
 
     def _record(self, runs: list[_VariantRun], paths: Mapping[str, Path]) -> ExperimentResult:
         """Write the experiment record and return the result."""

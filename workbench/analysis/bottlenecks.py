@@ -48,8 +48,11 @@ from workbench.analysis.idle import (
     merge_intervals,
     names_where,
 )
+from workbench.analysis.roofline import roofline, run_device_spec
 from workbench.errors import WorkbenchError
+from workbench.hardware.device import DTYPES
 from workbench.trace import Trace
+from workbench.trace.bundle import Bundle
 
 FINDING_COLUMNS = ("kind", "device", "time_share", "title", "suggestion", "evidence")
 """Columns of `findings_table`, in order."""
@@ -203,6 +206,21 @@ def analyze(trace: Trace, roofline: pd.DataFrame | None = None) -> dict[str, Any
         "idle": {device: b.summary() for device, b in busy.items()},
         "window": None if window is None else {"phase": "measure", "start_ns": window[0], "end_ns": window[1]},
     }
+
+
+def analyze_run(bundle: Bundle, device: str | None = None) -> dict[str, Any]:
+    """`analyze` of a run bundle, with the roofline of its ops and kernels against its device
+    (`roofline.run_device_spec`: `device` overrides what the run recorded); adds "run" and "device"
+    (the spec's name, None when no device figures are known: then "roofline" is empty)."""
+    trace = bundle.trace()
+    spec = run_device_spec(bundle.info, trace, device)
+    variant = bundle.info.get("variant")
+    precision = variant.get("precision") if isinstance(variant, dict) else None
+    # an XLA trace's host `op` events are the runtime's (dispatch, buffers); its work is in the `hlo` ops
+    kinds = ("hlo",) if pc.any(pc.equal(trace.events["kind"], "hlo")).as_py() else ("op", "kernel")
+    table = roofline(trace, spec, kinds=kinds, default_dtype=precision if precision in DTYPES else None) \
+        if spec else None
+    return {"run": bundle.run_id, "device": spec.name if spec else None, **analyze(trace, table)}
 
 
 # -- detectors --------------------------------------------------------------------------------------

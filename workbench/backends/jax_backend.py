@@ -202,6 +202,7 @@ def prepare_jax(variant: Variant, loaded: LoadedModel) -> PreparedJaxVariant:
     notes: dict[str, Any] = {
         "device": {"cpu": "cpu", "gpu": f"cuda:{device.id}"}.get(device.platform, f"{device.platform}:{device.id}"),
         "jax_device": str(device),
+        "device_name": getattr(device, "device_kind", None),
         "jax_version": jax.__version__,
         "platform": device.platform,
         "dtype": DTYPES[variant.precision],

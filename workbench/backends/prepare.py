@@ -208,4 +208,6 @@ def prepare(variant: Variant, loaded: LoadedModel, *, kernel_profile: bool = Fal
     }
     if device.type == "cpu":
         notes["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    else:
+        notes["device_name"] = torch.cuda.get_device_name(device)
     return PreparedVariant(variant, module, device, recipe, notes)
