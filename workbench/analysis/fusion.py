@@ -62,6 +62,7 @@ _COMPUTATION = re.compile(r"^(?P<entry>ENTRY\s+)?%?(?P<name>[\w.\-$]+)\s*(?:\(.*
 _INSTRUCTION = re.compile(r"^\s*(?P<root>ROOT\s+)?%?(?P<name>[\w.\-$]+)\s*=\s*(?P<rest>\S.*)$")
 _OPCODE = re.compile(r"([\w\-]+)\(")
 _REFERENCE = re.compile(r"%?([\w.\-$]+)")
+_OPERAND = re.compile(r"%([\w.\-$]+)\s*$")  # `%name`, or `f32[8]{0} %name` in older HLO text
 _MODULE = re.compile(r"^HloModule\s+([^\s,]+)")
 _OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
 _CONFIG_KIND = re.compile(r'\\?"kind\\?"\s*:\s*\\?"([^"\\]+)')
@@ -81,6 +82,7 @@ class HloInstruction:
     attrs: Mapping[str, str]
     root: bool
     line: int
+    operands: tuple[str, ...] = ()
 
     def references(self, attribute: str) -> list[str]:
         """Computation names an attribute refers to (`calls=%c`, `branch_computations={%a, %b}`)."""
@@ -464,6 +466,8 @@ def _instruction(line: str, number: int) -> HloInstruction:
         if opcode is None:
             raise ValueError("no opcode(operands) after the shape")
         operands_end = _closing(rest, opcode.end() - 1)
+        operands = tuple(m[1] for part in _split_top(rest[opcode.end():operands_end])
+                         if (m := _OPERAND.search(part)))
         attrs: dict[str, str] = {}
         tail = rest[operands_end + 1:].strip()
         if tail and not tail.startswith(","):
@@ -473,7 +477,7 @@ def _instruction(line: str, number: int) -> HloInstruction:
             attrs[key.strip()] = value.strip()
     except ValueError as exc:
         raise WorkbenchError(f"HLO line {number}: malformed instruction %{head['name']}: {exc}") from None
-    return HloInstruction(head["name"], opcode[1], shape, attrs, bool(head["root"]), number)
+    return HloInstruction(head["name"], opcode[1], shape, attrs, bool(head["root"]), number, operands)
 
 
 def _closing(text: str, start: int) -> int:
