@@ -164,8 +164,9 @@ def test_first_call_is_timed_and_noted(mlp):
 
 
 def test_unknown_backend_is_unavailable(mlp):
-    with pytest.raises(VariantUnavailable, match="backend 'tensorrt'"):
-        prepare(dataclasses.replace(get_variant("eager"), backend="tensorrt"), mlp)
+    with pytest.raises(VariantUnavailable, match="backend 'onnxruntime'"):
+        prepare(dataclasses.replace(get_variant("eager"), backend="onnxruntime"), mlp)
+
 
 
 def test_compiler_failure_is_reported_as_unavailable(mlp):
@@ -238,3 +239,10 @@ def test_fp16_autocast_and_compile_modes_are_recorded(mlp):
     autotune = prepare(dataclasses.replace(get_variant("compile-max-autotune"), compile=None), mlp)
     assert autotune.notes["compile_mode"] == "max-autotune"
     assert isinstance(fp16.timer(), WallClockTimer)
+
+
+@no_cuda
+def test_tensorrt_variants_say_what_is_missing(mlp):
+    assert {"trt-fp16", "trt-bf16", "trt-int8", "trt-fp8"} <= set(list_variants("tensorrt"))
+    with pytest.raises(VariantUnavailable, match="TensorRT not installed: pip install tensorrt-cu1"):
+        prepare(get_variant("trt-fp16"), mlp)

@@ -51,7 +51,7 @@ def _jax() -> Any:
     try:
         import jax
     except ImportError as exc:
-        raise MissingDependency("the jax-* variants need JAX: pip install 'workbench[jax]'") from exc
+        raise MissingDependency("jax (for the jax-* variants)", "jax") from exc
     return jax
 
 

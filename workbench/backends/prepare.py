@@ -29,9 +29,10 @@ Quantizer = Callable[[nn.Module, torch.device], tuple[nn.Module, str]]
 
 if TYPE_CHECKING:
     from workbench.backends.jax_backend import PreparedJaxVariant
+    from workbench.backends.tensorrt import PreparedTrtVariant
 
-Prepared = Union["PreparedVariant", "PreparedJaxVariant"]
-"""What `prepare` returns: both kinds have `place`, `run`, `sync`, `first_call` and `notes`."""
+Prepared = Union["PreparedVariant", "PreparedJaxVariant", "PreparedTrtVariant"]
+"""What `prepare` returns: every kind has `place`, `run`, `sync`, `timer`, `first_call` and `notes`."""
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,8 @@ def _check_precision(variant: Variant, device: torch.device) -> PrecisionRecipe:
 
 def prepare(variant: Variant, loaded: LoadedModel, *, kernel_profile: bool = False) -> Prepared:
     """A runnable copy of `loaded.module` for `variant`; VariantUnavailable if it cannot run here.
-    JAX variants get the model's JAX port instead (`workbench.backends.jax_backend`).
+    JAX variants get the model's JAX port instead (`workbench.backends.jax_backend`), TensorRT variants an
+    engine built from the model's ONNX export (`workbench.backends.tensorrt`).
 
     `kernel_profile` makes inductor's generated CPU kernels appear as named profiler events
     (`cpp.enable_kernel_profile`). It only applies to inductor on CPU (GPU kernels are named in
@@ -185,6 +187,10 @@ def prepare(variant: Variant, loaded: LoadedModel, *, kernel_profile: bool = Fal
         from workbench.backends.jax_backend import prepare_jax
 
         return prepare_jax(variant, loaded)
+    if variant.backend == "tensorrt":
+        from workbench.backends.tensorrt import prepare_tensorrt
+
+        return prepare_tensorrt(variant, loaded)
     if variant.backend != "torch":
         raise VariantUnavailable(f"variant {variant.name}: backend '{variant.backend}' is not available")
     device = resolve_device(variant.device)

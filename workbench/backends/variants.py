@@ -2,7 +2,7 @@
 
 The registry below is data: adding a variant is adding one entry. `prepare` (in
 `workbench.backends.prepare`) turns a Variant into something runnable: torch variants there, JAX
-variants in `workbench.backends.jax_backend`.
+variants in `workbench.backends.jax_backend`, TensorRT ones in `workbench.backends.tensorrt`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from workbench.backends.devices import check_device_name
 from workbench.errors import WorkbenchError
 
 Precision = Literal["fp32", "bf16", "fp16", "int8", "int8-weight-only", "fp8"]
-Backend = Literal["torch", "jax"]
+Backend = Literal["torch", "jax", "tensorrt"]
 
 REFERENCE = "eager"
 """The variant every other one is compared against (fp32, eager)."""
@@ -81,6 +81,11 @@ _REGISTRY: dict[str, Variant] = {
         Variant(
             "jax-jit-fp16", backend="jax", precision="fp16", compile="xla",
             description="the JAX port with float16 weights and activations, jax.jit (XLA; not on TPU)",
+        ),
+        *(
+            Variant(f"trt-{precision}", backend="tensorrt", precision=precision, compile="tensorrt",
+                    description=f"TensorRT engine, {precision} set in the ONNX graph (strongly typed; NVIDIA GPUs)")
+            for precision in ("fp16", "bf16", "int8", "fp8")
         ),
         Variant(
             "jax-nofusion", backend="jax", compile="xla", fusion=False,
