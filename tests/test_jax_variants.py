@@ -153,3 +153,13 @@ def test_runs_record_their_device_figures(experiment: ExperimentResult) -> None:
         assert props["kind"] == "cpu" and props["measured"]
         assert props["peak_flops"]["fp32"] > 0 and props["memory_bw_bytes_per_s"] > 0
         assert props["sources"]["peak_flops.fp32"].startswith("measured")
+
+
+def test_xla_ops_of_the_model_carry_their_costs(experiment: ExperimentResult) -> None:
+    path = _path(experiment, "jax-jit")
+    info = json.loads((path / "run.json").read_text())
+    events = open_bundle(path, path.parent).trace().events.to_pandas()
+    ops = events[(events["kind"] == "hlo") & events["args"].str.contains('"hlo_module": "jit_wrapped"')]
+    assert ops["flops"].notna().all()
+    per_step = ops["flops"].sum() / 4  # the compiling first call, one warm-up and two measured steps
+    assert per_step == pytest.approx(info["notes"]["xla"]["cost_analysis"]["flops"], rel=1e-6)

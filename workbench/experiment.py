@@ -5,6 +5,12 @@ model raises, is recorded as failed and the others go on), checks each one's num
 fp32 `eager` reference, times them together with the interleaved benchmark, then profiles each in
 its own labelled lifecycle and writes its run bundle; last comes the experiment record that groups
 the bundles. The CLI, the notebook API and the Jupyter server all run experiments through here.
+
+`profiler` picks the profiled run's tool: the framework's own profiler (default), Nsight Systems (the
+run happens in a child process under `nsys`, whose SQLite export is the trace), or Nsight Compute (the
+framework's trace, plus per-kernel metrics from a child process under `ncu` in a `kernel_metrics`
+table); see `workbench.capture.nsight`. A torch variant profiled on CUDA with memory profiling also
+gets the caching allocator's snapshot merged into its memory table (`workbench.trace.cuda_snapshot`).
 """
 
 from __future__ import annotations
@@ -13,12 +19,15 @@ import tempfile
 import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+import pyarrow as pa
 import torch
 
+from workbench.analysis.fusion import OPTIMIZED_HLO
+from workbench.analysis.hlo_cost import attach_hlo_costs
 from workbench.backends import (
     REFERENCE,
     LatencyStats,
@@ -41,11 +50,21 @@ from workbench.capture import (
     profile_variant,
     progress_units,
 )
+from workbench.capture.nsight import (
+    DEFAULT_LAUNCH_COUNT,
+    FRAMEWORK,
+    PROFILERS,
+    ChildSpec,
+    check_profiler,
+    profile_with_ncu,
+    profile_with_nsys,
+)
 from workbench.errors import WorkbenchError
 from workbench.models import LoadedModel, load_model
 from workbench.paths import traces_root
 from workbench.trace import Trace, read_trace
 from workbench.trace.bundle import new_run_id, utc_now, write_bundle
+from workbench.trace.cuda_snapshot import with_cuda_snapshot
 from workbench.trace.experiment import write_experiment
 
 XPROF_DIR = "xprof"
@@ -92,6 +111,8 @@ class ExperimentSettings:
     `warmup` and `iterations` are rounds of the interleaved benchmark; `profile_settings` shapes the
     separate profiled run of each variant. `threads` sets torch's intra-op threads for the
     experiment (restored after); None leaves torch's setting. `model_overrides` go to `load_model`.
+    `profiler` is one of PROFILERS (see the module docstring); `kernel_name` (ncu's filter: a name or
+    `regex:<expression>`) and `launch_count` choose the kernel launches Nsight Compute profiles.
     """
 
     model: str = "tiny-gpt"
@@ -105,6 +126,9 @@ class ExperimentSettings:
     profile_settings: ProfileSettings = field(default_factory=ProfileSettings)
     threads: int | None = None
     model_overrides: Mapping[str, Any] = field(default_factory=dict)
+    profiler: str = FRAMEWORK
+    kernel_name: str | None = None
+    launch_count: int = DEFAULT_LAUNCH_COUNT
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variants", tuple(self.variants))
@@ -114,7 +138,10 @@ class ExperimentSettings:
         repeated = sorted({name for name in self.variants if self.variants.count(name) > 1})
         if repeated:
             raise WorkbenchError(f"variant(s) listed more than once: {', '.join(repeated)}")
-        for key, minimum, optional in (("warmup", 0, False), ("iterations", 1, False), ("threads", 1, True)):
+        if self.profiler not in PROFILERS:
+            raise WorkbenchError(f"unknown profiler {self.profiler!r}; choose one of {', '.join(PROFILERS)}")
+        for key, minimum, optional in (("warmup", 0, False), ("iterations", 1, False), ("threads", 1, True),
+                                       ("launch_count", 1, False)):
             value = getattr(self, key)
             if optional and value is None:
                 continue
@@ -182,6 +209,7 @@ class _VariantRun:
     numerics: Numerics | None = None
     stats: LatencyStats | None = None
     profiled: ProfiledRun | None = None
+    tables: dict[str, pa.Table] = field(default_factory=dict)
     xprof: dict[str, Any] | None = None
     xprof_dir: Path | None = None
     error: str | None = None
@@ -233,10 +261,12 @@ def run_experiment(
     """Run the experiment `settings` describes and write its bundles and record under `root` (the
     traces root; see `workbench.paths.traces_root`).
 
-    Bad settings (an unknown variant or model, a bad batch) raise WorkbenchError before anything is
-    written. A variant that fails is recorded as a failed bundle and the others go on.
+    Bad settings (an unknown variant or model, a bad batch, an Nsight profiler that is not installed or
+    not on a CUDA device) raise WorkbenchError before anything is written. A variant that fails is
+    recorded as a failed bundle and the others go on.
     """
     settings = settings or ExperimentSettings()
+    check_profiler(settings.profiler, settings.device, settings.profile)
     variants = [get_variant(name, settings.batch, settings.device) for name in settings.variants]
     # torch has no TPU backend: there the fp32 reference runs on the host CPU
     reference = get_variant(REFERENCE, settings.batch, settings.device if torch_supports(settings.device) else "cpu")
@@ -369,12 +399,24 @@ class _Experiment:
         """The trace of `run`'s profiled lifecycle, FLOPs attached; None (and `run` failed) if it raised."""
         task = f"profile {run.variant.name}"
         self.progress.start(task, progress_units(self.settings.profile_settings))
+        s = self.settings
         try:
-            run.profiled = profile_variant(run.variant, self.loaded, self.inputs, folder,
-                                           self.settings.profile_settings,
-                                           on_progress=lambda: self.progress.advance(task))
+            if s.profiler == "nsys":
+                run.profiled = profile_with_nsys(self._child_spec(run), folder)
+                self.progress.advance(task, progress_units(s.profile_settings))
+            else:
+                run.profiled = profile_variant(run.variant, self.loaded, self.inputs, folder, s.profile_settings,
+                                               on_progress=lambda: self.progress.advance(task))
             trace = attach_flops(read_trace(run.profiled.trace_path), run.profiled.op_flops)
-            if run.variant.backend == "jax":
+            trace, run.tables = with_cuda_snapshot(trace, run.profiled.memory_snapshot)
+            if s.profiler == "ncu":
+                kernels = profile_with_ncu(self._child_spec(run), folder, kernel_name=s.kernel_name,
+                                           launch_count=s.launch_count)
+                run.tables["kernel_metrics"] = kernels.metrics
+                run.profiled = replace(run.profiled, raw_paths=(*run.profiled.raw_paths, *kernels.raw_paths),
+                                       notes={**run.profiled.notes, "ncu": kernels.notes})
+            if run.variant.backend == "jax" and s.profiler != "nsys":  # nsys: the trace is the SQLite export
+                trace = attach_hlo_costs(trace, run.profiled.artifacts[OPTIMIZED_HLO])
                 run.xprof_dir = folder / XPROF_DIR
                 run.xprof = _xprof_tool_data(run.profiled.trace_path, run.xprof_dir)
             return trace
@@ -383,6 +425,13 @@ class _Experiment:
             return None
         finally:
             self.progress.finish(task)
+
+    def _child_spec(self, run: _VariantRun) -> ChildSpec:
+        """What a child process under an Nsight tool needs to run `run`'s variant as this experiment does."""
+        s = self.settings
+        return ChildSpec(model=s.model, variant=run.variant.name, batch=s.batch, device=s.device, out_dir="",
+                         seq=s.seq, threads=s.threads, model_overrides=dict(s.model_overrides),
+                         settings=s.profile_settings.to_dict())
 
     def _write(self, run: _VariantRun, trace: Trace | None) -> Path:
         """Write `run`'s bundle; the raw profiler output, if any, is moved into its raw/."""
@@ -393,7 +442,7 @@ class _Experiment:
         folders = {XPROF_DIR: tools} if tools is not None and tools.is_dir() else {}
         with phase("write", self.timings):
             path = write_bundle(self.root, run.run_id, self._info(run), trace, raw_files=raw, move_raw=True,
-                                texts=texts, folders=folders)
+                                texts=texts, folders=folders, tables=run.tables if trace is not None else None)
         self.progress.advance("write")
         return path
 
@@ -403,6 +452,7 @@ class _Experiment:
         capture = None
         if s.profile:
             profiler = "jax.profiler" if run.variant.backend == "jax" else "torch.profiler"
+            profiler = {"nsys": "nsys", "ncu": f"{profiler} + ncu"}.get(s.profiler, profiler)
             capture = {"profiler": profiler, "settings": s.profile_settings.to_dict(),
                        "notes": profiled.notes if profiled else None}
         return {

@@ -4,15 +4,19 @@
 the variant (a copy of the model on its device, quantized, wrapped for compilation) and places the
 inputs; `compile` is the first call, where torch.compile compiles (for eager it is just a call).
 `profile_variant` adds the iterations: `warmup`, then `measure` with one `step N` per iteration,
-all recorded by a `TorchProfilerSession` (a `JaxProfilerSession` for JAX variants). With
+all recorded by a `TorchProfilerSession` (a `JaxProfilerSession` for JAX variants; for a run under
+Nsight Systems or Compute, a `CudaRangeSession` that only brackets the measured iterations). With
 `record_setup` the profiler is already running during `load` and `compile`, so quantization and
-compilation work is in the trace too.
+compilation work is in the trace too. A torch variant on CUDA profiled with `profile_memory` also
+records the caching allocator's history and leaves its snapshot beside the trace (see
+`workbench.trace.cuda_snapshot`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping, Sequence
-from contextlib import ExitStack
+import pickle
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,9 +26,14 @@ import torch
 from workbench.backends import Prepared, Variant, prepare
 from workbench.backends.devices import parse_device
 from workbench.capture.jax_profiler import JaxProfilerSession
+from workbench.capture.nsight import FRAMEWORK, CudaRangeSession
 from workbench.capture.phases import SETUP, phase, step_label
 from workbench.capture.torch_profiler import ProfileSettings, TorchProfilerSession
 from workbench.models import LoadedModel
+from workbench.trace.cuda_snapshot import SNAPSHOT_SUFFIX
+
+MEMORY_HISTORY_ENTRIES = 200_000
+"""Most allocator events a CUDA memory history keeps (a ring buffer: the latest ones survive)."""
 
 
 @dataclass(frozen=True)
@@ -32,8 +41,9 @@ class ProfiledRun:
     """What a profiled run leaves: the trace to read (the exported Kineto JSON, or the XSpace run
     folder of a JAX variant), FLOP totals per op name (torch's `key_averages`), wall milliseconds per
     phase (profiler overhead included), the variant's preparation notes (quantization, autocast,
-    kernel profiling, first-call time, XLA facts), the paths that belong in the bundle's raw/, and
-    the compile-stage texts of a JAX variant (file name → text)."""
+    kernel profiling, first-call time, XLA facts), the paths that belong in the bundle's raw/, the
+    compile-stage texts of a JAX variant (file name → text), and the CUDA memory snapshot (also in
+    `raw_paths`) when one was recorded."""
 
     trace_path: Path
     op_flops: dict[str, float]
@@ -41,6 +51,7 @@ class ProfiledRun:
     notes: dict[str, Any]
     raw_paths: tuple[Path, ...] = ()
     artifacts: dict[str, str] = field(default_factory=dict)
+    memory_snapshot: Path | None = None
 
 
 def progress_units(settings: ProfileSettings) -> int:
@@ -77,15 +88,24 @@ def profile_variant(
     out_dir: str | Path,
     settings: ProfileSettings | None = None,
     on_progress: Callable[[], None] | None = None,
+    *,
+    profiler: str = FRAMEWORK,
 ) -> ProfiledRun:
     """Prepare `variant` afresh (with inductor kernel profiling, so generated kernels are named
     events) and run it under torch.profiler; the trace goes to `out_dir/<variant>.pt.trace.json`.
-    `on_progress` is called after each setup phase and each iteration."""
+    `on_progress` is called after each setup phase and each iteration. `profiler` "nsys" or "ncu"
+    (in a process the tool launched) brackets only the measured iterations for the tool instead."""
     settings = settings or ProfileSettings()
     tick = on_progress or _nothing
     timings: dict[str, float] = {}
-    session = _session(variant, out_dir, settings)
+    session = _session(variant, out_dir, settings, profiler)
+    snapshot = None
+    if (settings.profile_memory and profiler != "ncu" and variant.backend == "torch"
+            and parse_device(variant.device).type == "cuda"):
+        snapshot = Path(out_dir) / f"{variant.name}{SNAPSHOT_SUFFIX}"
     with ExitStack() as stack:
+        if snapshot is not None:
+            stack.enter_context(cuda_memory_history(snapshot))
         if settings.record_setup:
             stack.enter_context(session)
         prepared, placed = prepare_variant(
@@ -107,13 +127,32 @@ def profile_variant(
                 session.step()
                 tick()
     assert session.trace_path is not None  # a session closed without an exception has exported
-    return ProfiledRun(session.trace_path, session.op_flops, timings, dict(prepared.notes), session.raw_paths,
-                       dict(getattr(prepared, "artifacts", {})))
+    raw = (*session.raw_paths, snapshot) if snapshot is not None else session.raw_paths
+    return ProfiledRun(session.trace_path, session.op_flops, timings, dict(prepared.notes), raw,
+                       dict(getattr(prepared, "artifacts", {})), snapshot)
 
 
-def _session(variant: Variant, out_dir: str | Path,
-             settings: ProfileSettings) -> TorchProfilerSession | JaxProfilerSession:
-    """The profiler for `variant`'s backend: jax.profiler (XSpace) for JAX, torch.profiler otherwise."""
+@contextmanager
+def cuda_memory_history(path: Path, max_entries: int = MEMORY_HISTORY_ENTRIES) -> Iterator[None]:
+    """Record the CUDA caching allocator's history (with Python stacks) during the block and, when it
+    ends without an exception, pickle `torch.cuda.memory._snapshot()` to `path`; recording stops either way."""
+    memory = torch.cuda.memory
+    memory._record_memory_history(enabled="all", context="all", stacks="python", max_entries=max_entries)
+    try:
+        yield
+        with open(path, "wb") as f:
+            pickle.dump(memory._snapshot(), f)
+    finally:
+        memory._record_memory_history(enabled=None)
+
+
+def _session(variant: Variant, out_dir: str | Path, settings: ProfileSettings,
+             profiler: str = FRAMEWORK) -> TorchProfilerSession | JaxProfilerSession | CudaRangeSession:
+    """The profiler session: the CUDA profiler range for a run under Nsight, else the backend's own
+    profiler: jax.profiler (XSpace) for JAX, torch.profiler otherwise."""
+    if profiler != FRAMEWORK:
+        return CudaRangeSession(out_dir, variant.name, settings, device_type=parse_device(variant.device).type,
+                                emit_nvtx=profiler == "nsys" and variant.backend == "torch")
     if variant.backend == "jax":
         return JaxProfilerSession(out_dir, variant.name, settings)
     return TorchProfilerSession(out_dir, variant.name, settings, device_type=parse_device(variant.device).type)

@@ -5,6 +5,9 @@
                       model, variant, device, experiment, whatever the caller adds (versions, benchmark
                       stats, numerics, capture settings) and the Trace metadata under "trace"
       events.parquet  memory.parquet  counters.parquet   (zstd; only when the run has a trace)
+      kernel_metrics.parquet  cuda_allocator.parquet  cuda_segments.parquet
+                      optional tables of some runs (Nsight Compute metrics; the CUDA allocator's
+                      history and segments), read with `Bundle.table`
       raw/            the original profiler output, untouched
       compile/        compile-stage texts (JAX variants: lowered StableHLO, optimized HLO)
       xprof/          XProf's tool data for the capture (JAX variants)
@@ -44,6 +47,8 @@ RAW_DIR = "raw"
 EXTRA_DIRS = ("compile", "xprof")
 """Optional folders of a bundle besides raw/, filled through `write_bundle`'s `texts` and `folders`."""
 TABLES = ("events", "memory", "counters")
+OPTIONAL_TABLES = ("kernel_metrics", "cuda_allocator", "cuda_segments")
+"""Tables a bundle may have besides the Trace's (see `workbench.trace.ncu`, `workbench.trace.cuda_snapshot`)."""
 STATUSES = ("ok", "failed")
 EXPERIMENTS_DIR = "experiments"
 """Folder of experiment records inside the traces root; reserved, so never a run id."""
@@ -178,6 +183,18 @@ class Bundle:
                 raise BundleError(f"run {self.run_id!r}: unreadable tables in {self.path}: {exc}") from exc
         return self._trace
 
+    def table(self, name: str) -> pa.Table | None:
+        """One of the OPTIONAL_TABLES, read memory-mapped; None when the run has none."""
+        if name not in OPTIONAL_TABLES:
+            raise BundleError(f"{name!r} is not an optional bundle table ({', '.join(OPTIONAL_TABLES)})")
+        path = self.path / f"{name}.parquet"
+        if not path.is_file():
+            return None
+        try:
+            return pq.read_table(path, memory_map=True)
+        except (OSError, pa.ArrowException) as exc:
+            raise BundleError(f"run {self.run_id!r}: unreadable table {path}: {exc}") from exc
+
     def raw_files(self) -> list[Path]:
         """The files of raw/ (recursively: some profilers write folders), sorted."""
         return sorted(p for p in (self.path / RAW_DIR).rglob("*") if p.is_file())
@@ -185,14 +202,16 @@ class Bundle:
 
 def write_bundle(root: str | Path, run_id: str, info: Mapping[str, Any], trace: Trace | None = None,
                  raw_files: Sequence[str | Path] = (), move_raw: bool = False, *,
-                 texts: Mapping[str, str] | None = None, folders: Mapping[str, str | Path] | None = None) -> Path:
+                 texts: Mapping[str, str] | None = None, folders: Mapping[str, str | Path] | None = None,
+                 tables: Mapping[str, pa.Table] | None = None) -> Path:
     """Write the bundle `root/run_id` atomically and return its path.
 
     run.json gets the fixed fields, defaults for status ("ok"), error, model, variant, device,
     experiment and created (now), then `info` (which may override those defaults) and `trace.metadata`
     under "trace". `raw_files` (files or folders) are copied into raw/, or moved when `move_raw`.
     `texts` maps paths such as "compile/optimized.hlo.txt" to file contents and `folders` maps one of
-    EXTRA_DIRS to a folder whose files are copied there; both only into EXTRA_DIRS.
+    EXTRA_DIRS to a folder whose files are copied there; both only into EXTRA_DIRS. `tables` maps
+    names of OPTIONAL_TABLES to Arrow tables written beside the trace's (only with a trace).
     On any failure, KeyboardInterrupt included, nothing is left in `root` and moved raw files are put
     back. An existing run is never overwritten.
     """
@@ -203,6 +222,11 @@ def write_bundle(root: str | Path, run_id: str, info: Mapping[str, Any], trace: 
     sources = _checked_sources(raw_files)
     texts = {_extra_path(name, run_id): content for name, content in (texts or {}).items()}
     folders = {_extra_path(name, run_id, folder=True): Path(src) for name, src in (folders or {}).items()}
+    tables = dict(tables or {})
+    unknown = sorted(set(tables) - set(OPTIONAL_TABLES))
+    if unknown or (tables and trace is None):
+        problem = f"unknown tables {', '.join(unknown)}" if unknown else "optional tables need a trace"
+        raise BundleError(f"run {run_id!r}: {problem} (optional tables: {', '.join(OPTIONAL_TABLES)})")
     final = root / run_id
     if os.path.lexists(final):
         raise BundleError(f"run {run_id!r} already exists in {root}; delete it first or pick a new id")
@@ -218,6 +242,8 @@ def write_bundle(root: str | Path, run_id: str, info: Mapping[str, Any], trace: 
         if trace is not None:
             for name in TABLES:
                 pq.write_table(getattr(trace, name), tmp / f"{name}.parquet", compression="zstd")
+        for name, table in tables.items():
+            pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
         raw = tmp / RAW_DIR
         raw.mkdir()
         for src in sources:
