@@ -3,6 +3,7 @@
     import workbench as wb
     runs = wb.capture(model="tiny-gpt", variants=("eager", "bf16"))
     wb.show(runs)
+    wb.findings(runs[1]); wb.roofline(runs[1], device="cpu"); wb.diff(runs[0], runs[1])
 
 Importing the package loads nothing (no torch, jax, bokeh or pyarrow): the front door's functions
 (`workbench.notebook`) load on first use, so `import workbench.trace` stays light too.
@@ -10,7 +11,7 @@ Importing the package loads nothing (no torch, jax, bokeh or pyarrow): the front
 
 from typing import Any
 
-__all__ = ["capture", "compare", "show"]
+__all__ = ["capture", "compare", "diff", "findings", "fusion", "idle", "roofline", "show", "show_diff"]
 
 
 def __getattr__(name: str) -> Any:

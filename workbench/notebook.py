@@ -1,16 +1,25 @@
-"""The notebook front door: `wb.capture`, `wb.show`, `wb.compare` (the CLI's functions, placed inline).
+"""The notebook front door: `wb.capture`, `wb.show`, `wb.compare`, `wb.show_diff` (the CLI's functions, placed
+inline) and each analysis as a function returning a DataFrame: `wb.roofline`, `wb.findings`, `wb.idle`,
+`wb.diff`, `wb.fusion`.
 
-BokehJS is loaded inline (`output_notebook(INLINE)`), so notebooks render and export offline.
+A run is named as everywhere: a run id (under `root`, default `$WORKBENCH_TRACES` or ./traces), a bundle
+path, a `Bundle`, or what `wb.capture` returned (a list of bundles; a one-run function takes a list of
+one). BokehJS is loaded inline (`output_notebook(INLINE)`), so notebooks render and export offline.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.paths import traces_root
 from workbench.trace.bundle import Bundle
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from workbench.trace import Trace
 
 RunRef = str | Path | Bundle
 
@@ -47,6 +56,106 @@ def compare(runs: Sequence[RunRef], root: str | Path | None = None) -> None:
 
     output_notebook(INLINE, hide_banner=True)
     bokeh_show(compare_view(_bundles(runs, root)))
+
+
+def roofline(run: RunRef | Sequence[RunRef], device: str | None = None,
+             root: str | Path | None = None) -> pd.DataFrame:
+    """The roofline of a run's ops and kernels (its XLA ops for a JAX run) over its measured steps, as
+    `workbench analyze RUN [--device]` computes it: one row per (kind, name, dtype), columns
+    `workbench.analysis.roofline.ROOFLINE_COLUMNS`. `device` (a built-in name such as "h100", "cpu", or an
+    accelerator YAML) overrides the device the run recorded; a `WorkbenchError` when neither names one."""
+    from workbench.analysis.bottlenecks import run_roofline
+    from workbench.errors import WorkbenchError
+
+    bundle = _one(run, root, "roofline")
+    spec, table = run_roofline(bundle, device)
+    if spec is None or table is None:
+        raise WorkbenchError(f"run {bundle.run_id!r}: no device figures recorded and no known GPU in its trace; "
+                             "name one: wb.roofline(run, device='a100') (a built-in name, 'cpu' or an "
+                             "accelerator YAML)")
+    return table.reset_index(drop=True)
+
+
+def findings(run: RunRef | Sequence[RunRef], device: str | None = None,
+             root: str | Path | None = None) -> pd.DataFrame:
+    """A run's bottleneck findings, largest share of time first, as `workbench analyze RUN` ranks them:
+    | kind | device | time_share | title | suggestion | evidence | (evidence: a dict). Memory-bound
+    findings need device figures: the run's own, or `device`."""
+    import pandas as pd
+
+    from workbench.analysis.bottlenecks import FINDING_COLUMNS, analyze_run
+
+    result = analyze_run(_one(run, root, "findings"), device)
+    return pd.DataFrame(result["findings"], columns=list(FINDING_COLUMNS))
+
+
+def idle(run: RunRef | Sequence[RunRef], root: str | Path | None = None) -> pd.DataFrame:
+    """Every idle gap of each device of a run (in its measured steps, the whole trace for an import), longest
+    first, with what the host did meanwhile: | device | start_ns | end_ns | dur_ns | cause | sync_ns | memcpy_ns |
+    runtime_ns | host_ns | untraced_ns | (`workbench.analysis.idle.idle_gaps`; empty for a CPU-only run)."""
+    from workbench.analysis.breakdown import phase_window
+    from workbench.analysis.idle import idle_gaps
+
+    trace = _one(run, root, "idle").trace()
+    return idle_gaps(trace, phase_window(trace, "measure"))
+
+
+def diff(a: RunRef | Trace | Sequence[RunRef], b: RunRef | Trace | Sequence[RunRef], *, phase: str | None = "measure",
+         per_step: bool = False, root: str | Path | None = None) -> pd.DataFrame:
+    """Per (name, kind): count and time in run (or Trace) `a` and `b`, deltas and status (new, vanished,
+    changed, unchanged), columns `workbench.analysis.diff.DIFF_COLUMNS`. Only each trace's `phase`
+    annotation counts when it has one (a capture's measured steps); `per_step` divides by profiled steps."""
+    from workbench.analysis.breakdown import phase_window
+    from workbench.analysis.diff import trace_diff
+
+    ta, tb = _trace(a, root, "diff"), _trace(b, root, "diff")
+    windows = [phase_window(t, phase) if phase else None for t in (ta, tb)]
+    return trace_diff(ta, tb, window_a=windows[0], window_b=windows[1], per_step=per_step)
+
+
+def fusion(runs: RunRef | Sequence[RunRef], root: str | Path | None = None) -> pd.DataFrame:
+    """One row per run: kernels, fusions, fused and unfused ops and time per profiled step
+    (`workbench.analysis.fusion.fusion_table`)."""
+    from workbench.analysis.fusion import fusion_inputs, fusion_table
+
+    return fusion_table([fusion_inputs(bundle) for bundle in _bundles(runs, root)])
+
+
+def show_diff(a: RunRef | Sequence[RunRef], b: RunRef | Sequence[RunRef], *, phase: str | None = "measure",
+              per_step: bool = False, root: str | Path | None = None) -> None:
+    """Render the diff view of two runs: the status-coloured table, the largest time deltas and both timelines
+    aligned on their first step (`workbench.views.diff.diff_view`)."""
+    from bokeh.io import output_notebook
+    from bokeh.io import show as bokeh_show
+    from bokeh.resources import INLINE
+
+    from workbench.analysis.summary import display_name
+    from workbench.views.diff import diff_view
+
+    first, second = _one(a, root, "show_diff"), _one(b, root, "show_diff")
+    labels = tuple(str(display_name(x.info.get("variant")) or x.run_id) for x in (first, second))
+    if labels[0] == labels[1]:
+        labels = (first.run_id, second.run_id)
+    output_notebook(INLINE, hide_banner=True)
+    bokeh_show(diff_view(first.trace(), second.trace(), labels, phase=phase, per_step=per_step))
+
+
+def _one(run: RunRef | Sequence[RunRef], root: str | Path | None, what: str) -> Bundle:
+    """The one bundle `run` names (a list of one, as `wb.capture` returns for one variant, is fine)."""
+    from workbench.errors import WorkbenchError
+
+    bundles = _bundles(run, root)
+    if len(bundles) != 1:
+        raise WorkbenchError(f"wb.{what} takes one run, got {len(bundles)} "
+                             f"({', '.join(b.run_id for b in bundles)}): pass one of them, e.g. runs[0]")
+    return bundles[0]
+
+
+def _trace(run: RunRef | Trace | Sequence[RunRef], root: str | Path | None, what: str) -> Trace:
+    """A Trace as given, else the trace of the one run `run` names."""
+    from workbench.trace import Trace
+
+    return run if isinstance(run, Trace) else _one(run, root, what).trace()
 
 
 def _bundles(runs: RunRef | Sequence[RunRef], root: str | Path | None) -> list[Bundle]:

@@ -50,7 +50,7 @@ from workbench.analysis.idle import (
 )
 from workbench.analysis.roofline import roofline, run_device_spec
 from workbench.errors import WorkbenchError
-from workbench.hardware.device import DTYPES
+from workbench.hardware.device import DTYPES, DeviceSpec
 from workbench.trace import Trace
 from workbench.trace.bundle import Bundle
 
@@ -212,15 +212,23 @@ def analyze_run(bundle: Bundle, device: str | None = None) -> dict[str, Any]:
     """`analyze` of a run bundle, with the roofline of its ops and kernels against its device
     (`roofline.run_device_spec`: `device` overrides what the run recorded); adds "run" and "device"
     (the spec's name, None when no device figures are known: then "roofline" is empty)."""
+    spec, table = run_roofline(bundle, device)
+    return {"run": bundle.run_id, "device": spec.name if spec else None, **analyze(bundle.trace(), table)}
+
+
+def run_roofline(bundle: Bundle, device: str | None = None) -> tuple[DeviceSpec | None, pd.DataFrame | None]:
+    """The device spec of a run (`roofline.run_device_spec`) and the roofline of its work on it: XLA ops
+    for an XLA trace (its host `op` events are the runtime's dispatch and buffers), else ops and kernels;
+    the run's precision is the dtype of work whose dtype the trace does not say. (None, None) when no
+    device figures are known."""
     trace = bundle.trace()
     spec = run_device_spec(bundle.info, trace, device)
+    if spec is None:
+        return None, None
     variant = bundle.info.get("variant")
     precision = variant.get("precision") if isinstance(variant, dict) else None
-    # an XLA trace's host `op` events are the runtime's (dispatch, buffers); its work is in the `hlo` ops
     kinds = ("hlo",) if pc.any(pc.equal(trace.events["kind"], "hlo")).as_py() else ("op", "kernel")
-    table = roofline(trace, spec, kinds=kinds, default_dtype=precision if precision in DTYPES else None) \
-        if spec else None
-    return {"run": bundle.run_id, "device": spec.name if spec else None, **analyze(trace, table)}
+    return spec, roofline(trace, spec, kinds=kinds, default_dtype=precision if precision in DTYPES else None)
 
 
 # -- detectors --------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from bokeh.layouts import column, row
 from bokeh.models import (
     ColumnDataSource,
     DataTable,
+    Div,
     FactorRange,
     HoverTool,
     NumberFormatter,
@@ -86,7 +87,7 @@ def stacked_timelines(traces: dict[str, Trace], *, width: int = 1100, max_spans:
     parts = [Paragraph(text="timelines aligned on each variant's first profiled step (shared time axis)",
                        width=width)]
     for variant, trace in aligned.items():
-        parts.append(Paragraph(text=variant, width=width, styles={"font-weight": "bold"}))
+        parts.append(Div(text=variant, render_as_text=True, width=width, styles={"font-weight": "bold"}))
         detail = (-int(2 * margin), int(end + 2 * margin))  # a bit wider than the view, so it opens on spans
         fits = count_spans(trace, detail) <= max_spans
         parts.append(timeline(trace, x_range=x_range, width=width, max_spans=max_spans,

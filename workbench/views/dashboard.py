@@ -1,26 +1,36 @@
-"""The dashboard of one run: timeline, memory map and op/kernel tables, linked.
+"""The dashboard of one run: timeline, memory map, op/kernel tables, roofline and findings, linked.
 
 The timeline and the memory map share one x-range (zooming one zooms the other); selecting rows of
 the op or kernel table selects those names' spans in the timeline, and selecting a kernel there
-selects the op that launched it (the timeline's own link).
+selects the op that launched it (the timeline's own link). Selecting roofline points selects their
+names in the tables and the timeline. The roofline and findings tabs show what `workbench analyze RUN`
+prints (`analysis.bottlenecks.analyze_run`), against the run's device figures or `device`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from bokeh.layouts import column
 from bokeh.models import DataTable, Div, LayoutDOM, Range1d, TabPanel, Tabs
 
+from workbench.analysis.bottlenecks import analyze_run
 from workbench.analysis.breakdown import phase_window
+from workbench.analysis.roofline import run_device_spec
 from workbench.analysis.summary import display_name
 from workbench.analysis.timeline import count_spans
 from workbench.trace.bundle import Bundle
+from workbench.views.findings import findings_panel
 from workbench.views.memory import memory_map
+from workbench.views.roofline import ROOFLINE_SOURCE, link_roofline, roofline_view
 from workbench.views.tables import link_table_to_timeline, op_table_view
 from workbench.views.timeline import SPANS_SOURCE, timeline
 
 
-def dashboard(bundle: Bundle, *, width: int = 1200, max_spans: int = 20_000) -> LayoutDOM:
-    """The linked views of one run (a note in place of the views when the run has no trace)."""
+def dashboard(bundle: Bundle, *, width: int = 1200, max_spans: int = 20_000, device: str | None = None) -> LayoutDOM:
+    """The linked views of one run (a note in place of the views when the run has no trace); the roofline
+    is drawn against `device` (a built-in name, "cpu" or an accelerator YAML) when given, else against
+    the device the run recorded or its trace names."""
     info = bundle.info
     title = " · ".join(str(part) for part in (
         bundle.run_id, display_name(info.get("model")), display_name(info.get("variant")), info.get("device"),
@@ -45,13 +55,35 @@ def dashboard(bundle: Bundle, *, width: int = 1200, max_spans: int = 20_000) -> 
     ops = op_table_view(trace, ("op",), window, width=width, height=320)
     kernels = op_table_view(trace, ("kernel",), window, width=width, height=320)
     spans = time_view.select_one({"name": SPANS_SOURCE})  # None when the timeline is a note
-    for table_view in (ops, kernels):
-        table = table_view.select_one({"type": DataTable})  # None when the table is a note
-        if spans is not None and table is not None:
-            link_table_to_timeline(table.source, spans)
+    table_sources = [table.source for table in (view.select_one({"type": DataTable}) for view in (ops, kernels))
+                     if table is not None]  # a table view without rows is a note
+    if spans is not None:
+        for source in table_sources:
+            link_table_to_timeline(source, spans)
+    analysis = analyze_run(bundle, device)
+    roof = _roofline_panel(bundle, analysis, device, width)
+    points = roof.select_one({"name": ROOFLINE_SOURCE})
+    if points is not None:
+        link_roofline(points, spans, *table_sources)
+    scope = "the measure phase" if analysis["window"] else "the whole trace"
     tabs = Tabs(tabs=[TabPanel(child=ops, title="ops"), TabPanel(child=kernels, title="kernels"),
-                      TabPanel(child=memory_map(trace, x_range=x_range, width=width), title="memory")])
+                      TabPanel(child=memory_map(trace, x_range=x_range, width=width), title="memory"),
+                      TabPanel(child=roof, title="roofline"),
+                      TabPanel(child=findings_panel(analysis["findings"], analysis["idle"], scope=scope, width=width),
+                               title="findings")])
     return column(heading, time_view, tabs)
+
+
+def _roofline_panel(bundle: Bundle, analysis: dict[str, Any], device: str | None, width: int) -> LayoutDOM:
+    """The roofline of `analyze_run`'s table, or a note saying how to name a device when none is known."""
+    spec = run_device_spec(bundle.info, bundle.trace(), device)
+    if spec is None:
+        return Div(render_as_text=True, width=width, text=(
+            "No roofline: this run records no device figures and its trace names no GPU the hardware table "
+            f"knows. Name the device: `workbench analyze {bundle.run_id} --device NAME` (a built-in name such as "
+            "h100 or a100, cpu for this machine, or an accelerator YAML), or in a notebook "
+            "wb.roofline(run, device=NAME)."))
+    return roofline_view(analysis["roofline"], spec, width=width)
 
 
 def _fits(trace, window: tuple[int, int], max_spans: int) -> bool:
