@@ -116,7 +116,8 @@ def is_finished(job: dict[str, Any]) -> bool:
 
 ROUTES = [("GET", "runs", None), ("GET", "runs/a", None), ("GET", "runs/a/dashboard", None),
           ("DELETE", "runs/a", None), ("POST", "compare", {"runs": ["a", "a"]}), ("GET", "jobs", None),
-          ("POST", "jobs", TINY_JOB), ("GET", "jobs/0123", None), ("DELETE", "jobs/0123", None)]
+          ("POST", "jobs", TINY_JOB), ("GET", "jobs/0123", None), ("DELETE", "jobs/0123", None),
+          ("GET", "config", None), ("PUT", "config", {"traces_root": "elsewhere"})]
 
 
 @pytest.mark.parametrize(("method", "path", "body"), ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES])
@@ -189,7 +190,9 @@ def test_summary_dashboard_and_compare(api, traces, tmp_path):
     ({"runs": ["a"]}, 400, "two or more"),
     ({"runs": ["a", "a"]}, 400, "more than once"),
     ({"runs": "a,b"}, 400, "list"),
-    ({"runs": ["a", "b"], "width": 3}, 400, "'width'"),
+    ({"runs": ["a", "b"], "colour": 3}, 400, "'colour'"),
+    ({"runs": ["a", "b"], "width": 3}, 400, "width: expected an integer"),
+    ({"runs": ["a", "b"], "width": "800"}, 400, "width: expected an integer"),
     ([1, 2], 400, "JSON object"),
     ("{oops", 400, "not valid JSON"),
     ({"runs": ["a", "missing"]}, 404, "no run 'missing'"),
@@ -199,6 +202,39 @@ def test_compare_refuses_bad_bodies(api, traces, tmp_path, body, status, words):
     code, reply = api.call("POST", "compare", body)
     assert code == status
     assert words in reply["message"]
+
+
+def layout_widths(item: dict[str, Any]) -> set[int]:
+    """Every `width` attribute of the models in a json_item."""
+    found: set[int] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            attributes = value.get("attributes")
+            if isinstance(attributes, dict) and isinstance(attributes.get("width"), int):
+                found.add(attributes["width"])
+            for child in value.values():
+                walk(child)
+        elif isinstance(value, list):
+            for child in value:
+                walk(child)
+
+    walk(item["doc"])
+    return found
+
+
+def test_views_take_the_width_of_the_panel(api, traces, tmp_path):
+    make_run(traces, "a", tmp_path, "eager", 2.0)
+    make_run(traces, "b", tmp_path, "int8", 1.0)
+    assert 1200 in layout_widths(api.ok("GET", "runs/a/dashboard")["item"])
+    narrow = layout_widths(api.ok("GET", "runs/a/dashboard?width=640")["item"])
+    assert 640 in narrow
+    assert 1200 not in narrow
+    assert 900 in layout_widths(api.ok("POST", "compare", {"runs": ["a", "b"], "width": 900})["item"])
+    for bad in ("399", "4001", "wide", "-5"):
+        code, reply = api.call("GET", f"runs/a/dashboard?width={bad}")
+        assert code == 400
+        assert "width: expected an integer" in reply["message"]
 
 
 def test_delete_run(api, traces, tmp_path):
@@ -355,6 +391,52 @@ def test_concurrent_starts_wait_in_the_queue(api):
     assert (done_first["status"], done_second["status"]) == ("succeeded", "succeeded")
     assert done_second["started"] >= done_first["finished"]  # it started only once the first had ended
     assert api.ok("GET", f"jobs/{third['id']}")["started"] is None
+
+
+# --- config: the traces root --------------------------------------------------------------------------------
+
+def test_the_traces_root_follows_put_config(api, traces, tmp_path, jp_root_dir, jp_serverapp):
+    assert api.ok("GET", "config") == {"traces_root": str(traces), "default_traces_root": str(traces)}
+    make_run(traces, "here", tmp_path)
+    make_run(jp_root_dir / "other", "there", tmp_path)
+
+    assert api.ok("PUT", "config", {"traces_root": "other"}) == {
+        "traces_root": str(jp_root_dir / "other"), "default_traces_root": str(traces)}
+    listing = api.ok("GET", "runs")
+    assert listing["root"] == str(jp_root_dir / "other")
+    assert [row["run"] for row in listing["runs"]] == ["there"]
+    assert api.call("GET", "runs/here")[0] == 404
+    app = jp_serverapp.extension_manager.extension_apps["workbench.server"]
+    (extension,) = app
+    command = extension.state.capture_command(["--model", "mlp"])
+    assert command[command.index("--out") + 1] == str(jp_root_dir / "other")  # captures go there too
+
+    absolute = jp_root_dir / "absolute-root"
+    assert api.ok("PUT", "config", {"traces_root": str(absolute)})["traces_root"] == str(absolute)
+    assert api.ok("GET", "runs")["runs"] == []  # a folder that does not exist yet lists nothing
+    outside = tmp_path / "outside-root"
+    outside.mkdir()
+    (jp_root_dir / "link-out").symlink_to(outside, target_is_directory=True)
+    for escape in (str(outside), "../outside-root", "link-out"):
+        code, reply = api.call("PUT", "config", {"traces_root": escape})
+        assert code == 400 and "outside the server's root folder" in reply["message"], escape
+    assert api.ok("GET", "config")["traces_root"] == str(absolute)
+    assert api.ok("PUT", "config", {"traces_root": ""})["traces_root"] == str(traces)
+    assert [row["run"] for row in api.ok("GET", "runs")["runs"]] == ["here"]
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    ({"traces_root": 3}, "expected a path"),
+    ({"traces_root": None}, "expected a path"),
+    ({"root": "x"}, "unknown key(s) 'root'"),
+    ({"traces_root": "a-file"}, "is not a folder"),
+])
+def test_put_config_refuses_bad_bodies(api, traces, jp_root_dir, body, words):
+    (jp_root_dir / "a-file").write_text("not a folder")
+    code, reply = api.call("PUT", "config", body)
+    assert code == 400
+    assert words in reply["message"]
+    assert api.ok("GET", "config")["traces_root"] == str(traces)
 
 
 # --- pieces ------------------------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ class WorkbenchServerApp(ExtensionApp):
         root = resolve_traces_root(self.traces_root, root_dir)
         self.jobs = JobManager(max_running=self.max_jobs, grace_s=self.cancel_grace_s)
         self.state = ServerState(root=root, jobs=self.jobs, cwd=root_dir,
-                                 capture_command=lambda args: capture_command(args, root))
+                                 capture_command=lambda args: capture_command(args, self.state.root))
         self.log.info("workbench: traces root %s; at most %d capture job(s) at a time", root, self.max_jobs)
 
     def initialize_handlers(self) -> None:

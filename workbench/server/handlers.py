@@ -2,13 +2,15 @@
 
     GET    runs                 runs and experiments of the traces root (the rows of `workbench ls --json`)
     GET    runs/<id>            one run's summary (`workbench show --json`; `?top=N` rows per op table)
-    GET    runs/<id>/dashboard  {"run", "item"}: Bokeh `json_item` of the run's dashboard
+    GET    runs/<id>/dashboard  {"run", "item"}: Bokeh `json_item` of the run's dashboard (`?width=N` pixels)
     DELETE runs/<id>            delete the run (`workbench rm`)
-    POST   compare              {"runs": [ids]} -> {"runs", "item"}: json_item of the comparison of the runs
+    POST   compare              {"runs": [ids], "width"?: N} -> {"runs", "item"}: json_item of their comparison
     GET    jobs                 every capture job, oldest first
     POST   jobs                 capture options (see `capture_request`) -> 202 and the job's status
     GET    jobs/<id>            a job's status: progress, log tail, exit code, the CLI's JSON result
     DELETE jobs/<id>            cancel a job; returns its final status
+    GET    config               {"traces_root", "default_traces_root"}: the folder the API reads and captures into
+    PUT    config               {"traces_root": path} changes it for this server ("" restores the configured one)
 
 Run ids come from users: each must pass `is_valid_run_id` (400 otherwise) and is opened with
 `allow_paths=False`, so it resolves strictly inside the traces root (symlinks included). Every verb is
@@ -38,17 +40,28 @@ from workbench.trace.experiment import list_experiments
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
+WIDTHS = (400, 4000)
+"""Smallest and largest layout width (pixels) a client may ask for, so a view is neither unreadable nor huge."""
+
+
+@dataclass
 class ServerState:
     """What the handlers share: the traces root, the job manager, and how a capture job is started.
 
-    `capture_command(args)` is the full command line of `workbench capture args`; jobs run in `cwd`.
+    `capture_command(args)` is the full command line of `workbench capture args` (into the current `root`);
+    jobs run in `cwd`. `root` changes with `PUT config` (the JupyterLab setting); `default_root` is the
+    configured one, which `PUT config` with an empty path restores.
     """
 
     root: Path
     jobs: JobManager
     capture_command: Callable[[list[str]], list[str]]
     cwd: Path | None = None
+    default_root: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.default_root is None:
+            self.default_root = self.root
 
 
 class ApiError(tornado.web.HTTPError):
@@ -167,23 +180,38 @@ class DashboardHandler(WorkbenchHandler):
         """The run's dashboard as a Bokeh json_item (embed with `Bokeh.embed.embed_item`)."""
         from workbench.views.dashboard import dashboard
 
+        width = self.get_query_argument("width", None)
+        sized = _sized(int(width) if width is not None and width.isdigit() else width)
         bundle = self.open_run(run_id)
-        self.reply({"run": bundle.run_id, "item": await self.in_thread(lambda: _item(dashboard(bundle)))})
+        self.reply({"run": bundle.run_id, "item": await self.in_thread(lambda: _item(dashboard(bundle, **sized)))})
 
 
 class CompareHandler(WorkbenchHandler):
     @tornado.web.authenticated
     async def post(self) -> None:
-        """The comparison of two or more runs, `{"runs": [ids]}`, as a Bokeh json_item."""
+        """The comparison of two or more runs, `{"runs": [ids], "width": pixels}`, as a Bokeh json_item."""
         from workbench.views.compare import compare
 
-        ids = self.body_object(("runs",)).get("runs")
+        body = self.body_object(("runs", "width"))
+        ids = body.get("runs")
         if not isinstance(ids, list) or len(ids) < 2 or not all(isinstance(i, str) for i in ids):
             raise ApiError(400, f"runs: expected a list of two or more run ids, got {ids!r}")
         if len(set(ids)) < len(ids):
             raise ApiError(400, f"runs: a run is named more than once in {ids!r}")
+        sized = _sized(body.get("width"))
         bundles = [self.open_run(run_id) for run_id in ids]
-        self.reply({"runs": ids, "item": await self.in_thread(lambda: _item(compare(bundles)))})
+        self.reply({"runs": ids, "item": await self.in_thread(lambda: _item(compare(bundles, **sized)))})
+
+
+def _sized(value: Any) -> dict[str, int]:
+    """The view's `width` argument from a client's layout width in pixels: none when `value` is None (the view's
+    default), else an integer within `WIDTHS` (Bad Request otherwise)."""
+    if value is None:
+        return {}
+    low, high = WIDTHS
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ApiError(400, f"width: expected an integer number of pixels from {low} to {high}, got {value!r}")
+    return {"width": value}
 
 
 def _item(layout: Any) -> dict[str, Any]:
@@ -234,6 +262,40 @@ class JobHandler(WorkbenchHandler):
         self.reply(json_safe(self.state.jobs.describe(await self.state.jobs.cancel(job))))
 
 
+class ConfigHandler(WorkbenchHandler):
+    """The traces root of the API, which the JupyterLab panel sets from its "traces folder" setting."""
+
+    def _config(self) -> dict[str, str]:
+        return {"traces_root": str(self.state.root), "default_traces_root": str(self.state.default_root)}
+
+    @tornado.web.authenticated
+    def get(self) -> None:
+        self.reply(self._config())
+
+    @tornado.web.authenticated
+    def put(self) -> None:
+        """Read and capture into `traces_root` from now on: a relative path is taken from the server's root_dir,
+        an empty one restores the configured root. It must lie inside the server's root_dir (symlinks
+        resolved), so the panel cannot point the API at other folders; a path that exists must be a folder,
+        a missing one is created by the first capture."""
+        value = self.body_object(("traces_root",)).get("traces_root")
+        if not isinstance(value, str):
+            raise ApiError(400, f"traces_root: expected a path (a string, empty for the default), got {value!r}")
+        if value.strip():
+            chosen = ((self.state.cwd or Path.cwd()) / Path(value.strip()).expanduser()).absolute()
+        else:
+            assert self.state.default_root is not None  # set by ServerState.__post_init__
+            chosen = self.state.default_root
+        if chosen.exists() and not chosen.is_dir():
+            raise ApiError(400, f"traces_root: {chosen} exists and is not a folder")
+        base = (self.state.cwd or Path.cwd()).resolve()
+        if chosen != self.state.default_root and not chosen.resolve().is_relative_to(base):
+            raise ApiError(400, f"traces_root: {chosen} is outside the server's root folder {base}; "
+                                "the panel may only choose folders inside it")
+        self.state.root = chosen
+        self.reply(self._config())
+
+
 def api_handlers(state: ServerState) -> list[tuple[str, type[WorkbenchHandler], dict[str, Any]]]:
     """The API routes (relative to the server's base URL) with their handlers."""
     run = r"(?P<run_id>[^/]+)"
@@ -244,5 +306,6 @@ def api_handlers(state: ServerState) -> list[tuple[str, type[WorkbenchHandler], 
         ("compare", CompareHandler),
         ("jobs", JobsHandler),
         (r"jobs/(?P<job_id>[^/]+)", JobHandler),
+        ("config", ConfigHandler),
     ]
     return [(f"workbench/api/{path}", handler, {"state": state}) for path, handler in routes]

@@ -1,0 +1,252 @@
+/**
+ * The workbench REST API of the Jupyter server extension (`workbench/server/handlers.py`), typed.
+ *
+ * Every call goes through `ServerConnection.makeRequest`, so it carries the server's authentication
+ * (token header, XSRF cookie). A failure of any kind becomes a `WorkbenchApiError` whose message is the
+ * server's own `{"message": ...}` when it sent one, ready to be shown in the panel.
+ */
+
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+/** The API's path under the server's base URL. */
+export const API_PATH = 'workbench/api';
+
+/** An API call that failed; `status` is the HTTP status, 0 when the server could not be reached. */
+export class WorkbenchApiError extends Error {
+  constructor(
+    message: string,
+    readonly status: number
+  ) {
+    super(message);
+    this.name = 'WorkbenchApiError';
+  }
+}
+
+/** One run as `GET runs` lists it (the rows of `workbench ls --json`). */
+export interface IRunRow {
+  run: string;
+  model: string | null;
+  variant: string | null;
+  device: string | null;
+  status: string | null;
+  p50_ms: number | null;
+  experiment: string | null;
+  created: string;
+}
+
+/** One experiment as `GET runs` lists it. */
+export interface IExperiment {
+  experiment: string;
+  model: string | null;
+  reference: string | null;
+  runs: string[];
+  variants: string[] | null;
+  failed: unknown;
+  created: string | null;
+}
+
+/** The reply of `GET runs`: the runs and experiments of the traces root, and entries it could not read. */
+export interface IListing {
+  root: string;
+  runs: IRunRow[];
+  experiments: IExperiment[];
+  problems: { entry: string; message: string }[];
+}
+
+export type JobStatus =
+  | 'queued'
+  | 'running'
+  | 'succeeded'
+  | 'failed'
+  | 'cancelled';
+
+/** A task's progress: `total` null when unknown. */
+export interface ITaskProgress {
+  completed: number | null;
+  total: number | null;
+  done?: boolean;
+}
+
+/** A capture job as `GET jobs/<id>` describes it. */
+export interface IJob {
+  id: string;
+  status: JobStatus;
+  request: ICaptureRequest;
+  created: string;
+  started: string | null;
+  finished: string | null;
+  queue_position: number | null;
+  progress: ITaskProgress & {
+    task: string | null;
+    tasks: { [task: string]: ITaskProgress };
+  };
+  log: string[];
+  exit_code: number | null;
+  result: ICaptureResult | null;
+  error: string | null;
+}
+
+/** What `workbench capture --json` prints: the job's result once it succeeded. */
+export interface ICaptureResult {
+  experiment: string;
+  root: string;
+  runs: { run_id: string; status: string; [key: string]: unknown }[];
+}
+
+/** The body of `POST jobs` (keys are the CLI's capture options; see `capture_request.py`). */
+export interface ICaptureRequest {
+  model: string;
+  variants: string[];
+  batch?: number;
+  seq?: number;
+  iterations?: number;
+  warmup?: number;
+  threads?: number;
+  profile?: boolean;
+  overrides?: { [key: string]: unknown };
+}
+
+/** A Bokeh `json_item`, embedded with `Bokeh.embed.embed_item`. */
+export interface IBokehItem {
+  target_id: string | null;
+  root_id: string;
+  doc: { version: string; [key: string]: unknown };
+  version?: string;
+}
+
+/** The traces root of the server (`GET`/`PUT config`). */
+export interface IServerConfig {
+  traces_root: string;
+  default_traces_root: string;
+}
+
+/**
+ * Call the API at `path` (relative to `workbench/api/`) and return its JSON reply.
+ */
+export async function requestAPI<T>(
+  path: string,
+  init: RequestInit = {},
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<T> {
+  const url = URLExt.join(settings.baseUrl, API_PATH, path);
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, init, settings);
+  } catch (error) {
+    throw new WorkbenchApiError(
+      `cannot reach the Jupyter server: ${(error as Error).message ?? error}`,
+      0
+    );
+  }
+  const text = await response.text();
+  let data: any = null;
+  if (text) {
+    try {
+      data = JSON.parse(text);
+    } catch {
+      data = undefined;
+    }
+  }
+  if (!response.ok) {
+    const message =
+      typeof data?.message === 'string'
+        ? data.message
+        : `${response.status} ${response.statusText || 'error'} from ${path}` +
+          (response.status === 404 && data === undefined
+            ? ' (is the workbench server extension enabled? see `jupyter server extension list`)'
+            : '');
+    throw new WorkbenchApiError(message, response.status);
+  }
+  if (data === undefined) {
+    throw new WorkbenchApiError(
+      `the server's reply to ${path} is not JSON`,
+      response.status
+    );
+  }
+  return data as T;
+}
+
+function jsonBody(method: string, body: unknown): RequestInit {
+  return {
+    method,
+    body: JSON.stringify(body),
+    headers: { 'Content-Type': 'application/json' }
+  };
+}
+
+function runPath(runId: string): string {
+  return `runs/${encodeURIComponent(runId)}`;
+}
+
+/** The runs and experiments of the server's traces root. */
+export function listRuns(): Promise<IListing> {
+  return requestAPI<IListing>('runs');
+}
+
+/** Delete a run's bundle from disk. */
+export function deleteRun(runId: string): Promise<{ deleted: string }> {
+  return requestAPI(runPath(runId), { method: 'DELETE' });
+}
+
+/** A run's dashboard laid out `width` pixels wide. */
+export async function fetchDashboard(
+  runId: string,
+  width: number
+): Promise<IBokehItem> {
+  const reply = await requestAPI<{ item: IBokehItem }>(
+    `${runPath(runId)}/dashboard?width=${width}`
+  );
+  return reply.item;
+}
+
+/** The comparison of two or more runs laid out `width` pixels wide. */
+export async function fetchComparison(
+  runIds: string[],
+  width: number
+): Promise<IBokehItem> {
+  const reply = await requestAPI<{ item: IBokehItem }>(
+    'compare',
+    jsonBody('POST', { runs: runIds, width })
+  );
+  return reply.item;
+}
+
+/** Start (or queue) a capture job. */
+export function startCapture(request: ICaptureRequest): Promise<IJob> {
+  return requestAPI<IJob>('jobs', jsonBody('POST', request));
+}
+
+/** Every capture job the server knows, oldest first. */
+export async function listJobs(): Promise<IJob[]> {
+  return (await requestAPI<{ jobs: IJob[] }>('jobs')).jobs;
+}
+
+/** One job's status. */
+export function getJob(jobId: string): Promise<IJob> {
+  return requestAPI<IJob>(`jobs/${encodeURIComponent(jobId)}`);
+}
+
+/** Cancel a job; resolves with its final status once it has stopped. */
+export function cancelJob(jobId: string): Promise<IJob> {
+  return requestAPI<IJob>(`jobs/${encodeURIComponent(jobId)}`, {
+    method: 'DELETE'
+  });
+}
+
+/** Make the server read and capture into `tracesRoot` ('' restores the server's configured root). */
+export function setTracesRoot(tracesRoot: string): Promise<IServerConfig> {
+  return requestAPI<IServerConfig>(
+    'config',
+    jsonBody('PUT', { traces_root: tracesRoot })
+  );
+}
+
+/** Whether a job has ended (successfully or not). */
+export function isFinished(job: IJob): boolean {
+  return (
+    job.status === 'succeeded' ||
+    job.status === 'failed' ||
+    job.status === 'cancelled'
+  );
+}

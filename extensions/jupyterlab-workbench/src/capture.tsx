@@ -1,0 +1,432 @@
+/**
+ * The capture form of the Workbench sidebar and the live status of its job.
+ *
+ * The form becomes a `POST jobs` body (the CLI's capture options); the job is then polled every
+ * `POLL_MS` until it ends, showing its current task and a progress bar, with a cancel button. Bad input
+ * and the server's errors are shown under the form; a failed job shows its error and the log tail.
+ */
+
+import * as React from 'react';
+
+import {
+  cancelJob,
+  getJob,
+  ICaptureRequest,
+  IJob,
+  isFinished,
+  listJobs,
+  startCapture,
+  WorkbenchApiError
+} from './api';
+
+/** How often a running job is polled (ms). */
+export const POLL_MS = 500;
+
+/** Built-in models, offered as suggestions (any `package.module:factory` or `.pt2` path works too). */
+const MODELS = ['tiny-gpt', 'mlp', 'convnet'];
+/** Variants offered as suggestions (see `workbench capture --help`). */
+const VARIANTS = 'eager, bf16, compile, compile-bf16, int8, int8-weight-only, jax-jit, jax-jit-bf16';
+
+/** The form's fields, as typed (text), before they are checked. */
+export interface ICaptureForm {
+  model: string;
+  variants: string;
+  batch: string;
+  seq: string;
+  iterations: string;
+  warmup: string;
+  threads: string;
+  overrides: string;
+  profile: boolean;
+}
+
+export const DEFAULT_FORM: ICaptureForm = {
+  model: 'tiny-gpt',
+  variants: 'eager,bf16',
+  batch: '4',
+  seq: '',
+  iterations: '30',
+  warmup: '5',
+  threads: '',
+  overrides: '',
+  profile: true
+};
+
+/** A form field that cannot become a capture option; the message names the field. */
+export class FormError extends Error {}
+
+function integer(
+  name: string,
+  text: string,
+  minimum: number,
+  required: boolean
+): number | undefined {
+  const value = text.trim();
+  if (value === '') {
+    if (required) {
+      throw new FormError(`${name}: required`);
+    }
+    return undefined;
+  }
+  if (!/^\d+$/.test(value) || Number(value) < minimum) {
+    throw new FormError(`${name}: expected a whole number from ${minimum}, got "${value}"`);
+  }
+  return Number(value);
+}
+
+/**
+ * Model config overrides typed as `KEY=VALUE` words (spaces or commas between them), each value read as
+ * JSON when it is JSON (`layers=2` → 2, `act=gelu` → "gelu"), as the CLI's `--set` reads them.
+ */
+export function parseOverrides(text: string): { [key: string]: unknown } {
+  const overrides: { [key: string]: unknown } = {};
+  for (const word of text.split(/[\s,]+/).filter(w => w !== '')) {
+    const at = word.indexOf('=');
+    if (at <= 0) {
+      throw new FormError(`overrides: "${word}" is not KEY=VALUE`);
+    }
+    const raw = word.slice(at + 1);
+    let value: unknown = raw;
+    try {
+      value = JSON.parse(raw);
+    } catch {
+      value = raw;
+    }
+    overrides[word.slice(0, at)] = value;
+  }
+  return overrides;
+}
+
+/** The `POST jobs` body the form describes; a `FormError` names the first field that is wrong. */
+export function captureRequest(form: ICaptureForm): ICaptureRequest {
+  const model = form.model.trim();
+  if (model === '') {
+    throw new FormError(
+      'model: required (a built-in model, package.module:factory or a .pt2 file)'
+    );
+  }
+  const variants = form.variants.split(/[\s,]+/).filter(v => v !== '');
+  if (variants.length === 0) {
+    throw new FormError(`variants: name at least one (${VARIANTS})`);
+  }
+  const request: ICaptureRequest = {
+    model,
+    variants,
+    batch: integer('batch', form.batch, 1, true),
+    seq: integer('sequence', form.seq, 1, false),
+    iterations: integer('iterations', form.iterations, 1, true),
+    warmup: integer('warmup', form.warmup, 0, true),
+    threads: integer('threads', form.threads, 1, false),
+    profile: form.profile
+  };
+  const overrides = parseOverrides(form.overrides);
+  if (Object.keys(overrides).length > 0) {
+    request.overrides = overrides;
+  }
+  for (const key of Object.keys(request) as (keyof ICaptureRequest)[]) {
+    if (request[key] === undefined) {
+      delete request[key];
+    }
+  }
+  return request;
+}
+
+function message(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** An error shown in place. */
+export function ErrorNote(props: { text: string | null }): JSX.Element | null {
+  if (!props.text) {
+    return null;
+  }
+  return (
+    <div className="jp-Workbench-error" role="alert">
+      {props.text}
+    </div>
+  );
+}
+
+interface IFieldProps {
+  label: string;
+  name: keyof ICaptureForm;
+  form: ICaptureForm;
+  onChange: (name: keyof ICaptureForm, value: string) => void;
+  type?: 'text' | 'number';
+  placeholder?: string;
+  list?: string;
+  title?: string;
+}
+
+function Field(props: IFieldProps): JSX.Element {
+  const id = `jp-Workbench-capture-${props.name}`;
+  return (
+    <div className="jp-Workbench-field">
+      <label htmlFor={id}>{props.label}</label>
+      <input
+        id={id}
+        name={props.name}
+        className="jp-mod-styled"
+        type={props.type ?? 'text'}
+        min={props.type === 'number' ? 0 : undefined}
+        value={props.form[props.name] as string}
+        placeholder={props.placeholder}
+        list={props.list}
+        title={props.title}
+        onChange={event => props.onChange(props.name, event.target.value)}
+      />
+    </div>
+  );
+}
+
+/** A job's progress: its current task with a bar (indeterminate while the total is unknown). */
+function Progress(props: { job: IJob }): JSX.Element {
+  const { job } = props;
+  if (job.status === 'queued') {
+    return (
+      <div className="jp-Workbench-progressLabel">
+        Queued{job.queue_position ? ` (position ${job.queue_position})` : ''}
+      </div>
+    );
+  }
+  const { task, completed, total } = job.progress;
+  const known = total !== null && total > 0 && completed !== null;
+  const percent = known ? Math.min(100, (100 * completed!) / total!) : 0;
+  return (
+    <div className="jp-Workbench-progressBox">
+      <div className="jp-Workbench-progressLabel">
+        <span className="jp-Workbench-task">{task ?? 'starting'}</span>
+        {known ? <span>{` ${completed} / ${total}`}</span> : null}
+      </div>
+      <div
+        className={
+          'jp-Workbench-progress' + (known ? '' : ' jp-mod-indeterminate')
+        }
+        role="progressbar"
+        aria-label={`capture progress: ${task ?? 'starting'}`}
+        aria-valuemin={0}
+        aria-valuemax={known ? total! : undefined}
+        aria-valuenow={known ? completed! : undefined}
+      >
+        <div
+          className="jp-Workbench-progressFill"
+          style={{ width: known ? `${percent}%` : undefined }}
+        />
+      </div>
+    </div>
+  );
+}
+
+/** A finished job: what it captured, or why it did not. */
+function Outcome(props: { job: IJob; onDismiss: () => void }): JSX.Element {
+  const { job } = props;
+  let text: string;
+  if (job.status === 'succeeded') {
+    const runs = job.result?.runs ?? [];
+    text = `Captured ${runs.length} run${runs.length === 1 ? '' : 's'}` +
+      (job.result?.experiment ? ` (experiment ${job.result.experiment})` : '');
+  } else if (job.status === 'cancelled') {
+    text = 'Capture cancelled: nothing was kept.';
+  } else {
+    text = `Capture failed: ${job.error ?? 'see the log'}`;
+  }
+  return (
+    <div
+      className={`jp-Workbench-outcome jp-mod-${job.status}`}
+      role={job.status === 'failed' ? 'alert' : 'status'}
+    >
+      <span className="jp-Workbench-outcomeText">{text}</span>
+      <button
+        className="jp-Workbench-linkButton"
+        onClick={props.onDismiss}
+        title="Dismiss"
+      >
+        ✕
+      </button>
+      {job.status === 'failed' && job.log.length > 0 ? (
+        <details>
+          <summary>log</summary>
+          <pre className="jp-Workbench-log">{job.log.join('\n')}</pre>
+        </details>
+      ) : null}
+    </div>
+  );
+}
+
+/**
+ * The capture form with its job. `onFinished` runs once when a job it follows ends.
+ */
+export function CaptureSection(props: {
+  onFinished: (job: IJob) => void;
+}): JSX.Element {
+  const [form, setForm] = React.useState<ICaptureForm>(DEFAULT_FORM);
+  const [job, setJob] = React.useState<IJob | null>(null);
+  const [error, setError] = React.useState<string | null>(null);
+  const [submitting, setSubmitting] = React.useState(false);
+  const [cancelling, setCancelling] = React.useState(false);
+  const [retry, setRetry] = React.useState(0);
+  const onFinished = React.useRef(props.onFinished);
+  onFinished.current = props.onFinished;
+  const reported = React.useRef(new Set<string>());
+  /** Tell the parent once that `ended` has ended (polling and cancelling may both see it). */
+  const finish = (ended: IJob) => {
+    if (!reported.current.has(ended.id)) {
+      reported.current.add(ended.id);
+      onFinished.current(ended);
+    }
+  };
+
+  // Follow a capture still running on the server (started before this page was loaded).
+  React.useEffect(() => {
+    listJobs()
+      .then(jobs => {
+        const live = jobs.filter(j => !isFinished(j)).pop();
+        if (live) {
+          setJob(current => current ?? live);
+        }
+      })
+      .catch(() => {
+        // the runs list shows why the server cannot be reached
+      });
+  }, []);
+
+  React.useEffect(() => {
+    if (!job || isFinished(job)) {
+      return;
+    }
+    let stopped = false;
+    const timer = window.setTimeout(async () => {
+      try {
+        const next = await getJob(job.id);
+        if (stopped) {
+          return;
+        }
+        setError(null);
+        setJob(next);
+        if (isFinished(next)) {
+          setCancelling(false);
+          finish(next);
+        }
+      } catch (err) {
+        if (stopped) {
+          return;
+        }
+        if (err instanceof WorkbenchApiError && err.status === 404) {
+          setJob(null);
+          setError(`the server no longer knows job ${job.id} (was it restarted?)`);
+        } else {
+          setError(`cannot follow the capture: ${message(err)}; retrying`);
+          setRetry(n => n + 1);
+        }
+      }
+    }, POLL_MS);
+    return () => {
+      stopped = true;
+      window.clearTimeout(timer);
+    };
+  }, [job, retry]);
+
+  const running = job !== null && !isFinished(job);
+
+  const change = (name: keyof ICaptureForm, value: string | boolean) =>
+    setForm(current => ({ ...current, [name]: value }));
+
+  const submit = async (event: React.FormEvent) => {
+    event.preventDefault();
+    setError(null);
+    let request: ICaptureRequest;
+    try {
+      request = captureRequest(form);
+    } catch (err) {
+      setError(message(err));
+      return;
+    }
+    setSubmitting(true);
+    try {
+      setJob(await startCapture(request));
+    } catch (err) {
+      setError(message(err));
+    } finally {
+      setSubmitting(false);
+    }
+  };
+
+  const cancel = async () => {
+    if (!job) {
+      return;
+    }
+    setCancelling(true);
+    try {
+      const ended = await cancelJob(job.id);
+      setJob(ended);
+      finish(ended);
+    } catch (err) {
+      setError(`cannot cancel: ${message(err)}`);
+    } finally {
+      setCancelling(false);
+    }
+  };
+
+  return (
+    <section className="jp-Workbench-capture" aria-label="Capture">
+      <form onSubmit={submit}>
+        <datalist id="jp-Workbench-models">
+          {MODELS.map(m => (
+            <option key={m} value={m} />
+          ))}
+        </datalist>
+        <Field label="Model" name="model" form={form} onChange={change} list="jp-Workbench-models"
+          title="A built-in model (tiny-gpt, mlp, convnet), package.module:factory, or a .pt2 file" />
+        <Field label="Variants" name="variants" form={form} onChange={change} title={VARIANTS} />
+        <div className="jp-Workbench-fieldRow">
+          <Field label="Batch" name="batch" type="number" form={form} onChange={change} />
+          <Field label="Sequence" name="seq" type="number" form={form} onChange={change}
+            placeholder="default" title="Sequence length (tiny-gpt)" />
+        </div>
+        <div className="jp-Workbench-fieldRow">
+          <Field label="Iterations" name="iterations" type="number" form={form} onChange={change} />
+          <Field label="Warmup" name="warmup" type="number" form={form} onChange={change} />
+          <Field label="Threads" name="threads" type="number" form={form} onChange={change}
+            placeholder="all" />
+        </div>
+        <Field label="Overrides" name="overrides" form={form} onChange={change}
+          placeholder="d_model=64 layers=2" title="Model config overrides, KEY=VALUE (the CLI's --set)" />
+        <div className="jp-Workbench-field jp-Workbench-check">
+          <input
+            id="jp-Workbench-capture-profile"
+            type="checkbox"
+            checked={form.profile}
+            onChange={event => change('profile', event.target.checked)}
+          />
+          <label htmlFor="jp-Workbench-capture-profile">
+            Profiler trace (torch.profiler / jax.profiler)
+          </label>
+        </div>
+        <div className="jp-Workbench-buttons">
+          <button
+            type="submit"
+            className="jp-Button jp-mod-styled jp-mod-accept"
+            disabled={running || submitting}
+          >
+            {submitting ? 'Starting…' : 'Capture'}
+          </button>
+          {running ? (
+            <button
+              type="button"
+              className="jp-Button jp-mod-styled jp-mod-warn"
+              onClick={cancel}
+              disabled={cancelling}
+            >
+              {cancelling ? 'Cancelling…' : 'Cancel'}
+            </button>
+          ) : null}
+        </div>
+      </form>
+      <ErrorNote text={error} />
+      {job && running ? <Progress job={job} /> : null}
+      {job && !running ? (
+        <Outcome job={job} onDismiss={() => setJob(null)} />
+      ) : null}
+    </section>
+  );
+}

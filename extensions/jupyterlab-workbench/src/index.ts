@@ -1,0 +1,156 @@
+/**
+ * The Workbench JupyterLab extension: a left sidebar of runs and captures, main-area dashboards and
+ * comparisons, command-palette and launcher entries, and the traces folder setting.
+ *
+ * The setting `tracesRoot` is sent to the server (`PUT workbench/api/config`) when Lab starts and each
+ * time it changes; the server then lists, captures into and deletes from that folder.
+ */
+
+import {
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import {
+  ICommandPalette,
+  MainAreaWidget,
+  ToolbarButton,
+  WidgetTracker
+} from '@jupyterlab/apputils';
+import { ILauncher } from '@jupyterlab/launcher';
+import { ServerConnection } from '@jupyterlab/services';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { refreshIcon } from '@jupyterlab/ui-components';
+
+import { workbenchIcon } from './icon';
+import { WorkbenchSidebar } from './sidebar';
+import { BokehView, viewSource } from './view';
+
+const PLUGIN_ID = 'jupyterlab-workbench:plugin';
+
+/** The extension's commands. */
+export namespace CommandIDs {
+  export const open = 'workbench:open';
+  export const show = 'workbench:show-runs';
+  export const refresh = 'workbench:refresh';
+}
+
+function viewTitle(runs: string[]): string {
+  return runs.length === 1 ? `Run ${runs[0]}` : `Compare ${runs.length} runs`;
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description: 'The Workbench panel: runs, captures, dashboards and comparisons.',
+  autoStart: true,
+  optional: [ICommandPalette, ILauncher, ISettingRegistry, ILayoutRestorer],
+  activate: (
+    app: JupyterFrontEnd,
+    palette: ICommandPalette | null,
+    launcher: ILauncher | null,
+    settingRegistry: ISettingRegistry | null,
+    restorer: ILayoutRestorer | null
+  ) => {
+    const { commands, shell } = app;
+    const baseUrl = ServerConnection.makeSettings().baseUrl;
+    const tracker = new WidgetTracker<MainAreaWidget<BokehView>>({
+      namespace: 'workbench-view'
+    });
+
+    /** Open (or bring forward) the dashboard of one run, or the comparison of several. */
+    const show = (runs: string[]): MainAreaWidget<BokehView> => {
+      const id = `workbench-view-${runs.join('+')}`;
+      const open = tracker.find(widget => widget.id === id);
+      if (open) {
+        shell.activateById(open.id);
+        return open;
+      }
+      const content = new BokehView(viewSource(runs), baseUrl);
+      const widget = new MainAreaWidget({ content });
+      widget.id = id;
+      widget.addClass('jp-Workbench-viewPanel');
+      widget.title.label = viewTitle(runs);
+      widget.title.caption = runs.join('\n');
+      widget.title.icon = workbenchIcon;
+      widget.title.closable = true;
+      widget.toolbar.addItem(
+        'refresh',
+        new ToolbarButton({
+          icon: refreshIcon,
+          tooltip: 'Draw again from the run bundles',
+          onClick: () => void content.refresh()
+        })
+      );
+      void tracker.add(widget);
+      shell.add(widget, 'main');
+      shell.activateById(widget.id);
+      return widget;
+    };
+
+    const sidebar = new WorkbenchSidebar({
+      open: runs => runs.forEach(run => show([run])),
+      compare: runs => show(runs),
+      deleted: runs =>
+        tracker.forEach(widget => {
+          if (widget.content.runs.some(run => runs.includes(run))) {
+            widget.dispose();
+          }
+        })
+    });
+    shell.add(sidebar, 'left', { rank: 850 });
+
+    commands.addCommand(CommandIDs.open, {
+      label: 'Workbench',
+      caption: 'Open the Workbench panel: runs, captures, dashboards',
+      icon: args => (args['isPalette'] ? undefined : workbenchIcon),
+      execute: () => shell.activateById(sidebar.id)
+    });
+    commands.addCommand(CommandIDs.show, {
+      label: args => {
+        const runs = (args['runs'] as string[] | undefined) ?? [];
+        return runs.length > 1 ? 'Compare Workbench Runs' : 'Open Workbench Run';
+      },
+      execute: args => {
+        const runs = (args['runs'] as string[] | undefined) ?? [];
+        if (runs.length === 0) {
+          throw new Error(`${CommandIDs.show} needs {"runs": [run ids]}`);
+        }
+        return show(runs);
+      }
+    });
+    commands.addCommand(CommandIDs.refresh, {
+      label: 'Refresh Workbench Runs',
+      execute: () => sidebar.refresh()
+    });
+
+    if (palette) {
+      palette.addItem({ command: CommandIDs.open, category: 'Workbench', args: { isPalette: true } });
+      palette.addItem({ command: CommandIDs.refresh, category: 'Workbench' });
+    }
+    if (launcher) {
+      launcher.add({ command: CommandIDs.open, category: 'Other', rank: 1 });
+    }
+    if (restorer) {
+      restorer.add(sidebar, 'workbench-sidebar');
+      void restorer.restore(tracker, {
+        command: CommandIDs.show,
+        args: widget => ({ runs: widget.content.runs }),
+        name: widget => widget.content.runs.join('+')
+      });
+    }
+    if (settingRegistry) {
+      settingRegistry
+        .load(PLUGIN_ID)
+        .then(settings => {
+          const apply = () => void sidebar.setTracesRoot((settings.get('tracesRoot').composite as string) ?? '');
+          settings.changed.connect(apply);
+          apply();
+        })
+        .catch(reason => {
+          console.error(`Workbench: cannot load the settings of ${PLUGIN_ID}`, reason);
+        });
+    }
+  }
+};
+
+export default plugin;

@@ -1,0 +1,239 @@
+/**
+ * The Workbench sidebar: the traces folder, the capture form and the runs, with their actions.
+ */
+
+import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { ReactWidget } from '@jupyterlab/ui-components';
+import * as React from 'react';
+
+import { deleteRun, IJob, IListing, listRuns, setTracesRoot } from './api';
+import { CaptureSection, ErrorNote } from './capture';
+import { workbenchIcon } from './icon';
+import { RunList } from './runs';
+
+/** What the sidebar asks of the application. */
+export interface ISidebarActions {
+  /** Open the dashboard of each run. */
+  open(runIds: string[]): void;
+  /** Open the comparison of two or more runs. */
+  compare(runIds: string[]): void;
+  /** The runs were deleted: close their views. */
+  deleted(runIds: string[]): void;
+}
+
+function message(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+interface IPanelProps {
+  actions: ISidebarActions;
+  /** Changes whenever the runs must be listed again (refresh command, traces folder setting). */
+  generation: number;
+  /** Why the traces folder setting could not be applied, if it could not. */
+  rootError: string | null;
+}
+
+function WorkbenchPanel(props: IPanelProps): JSX.Element {
+  const { actions } = props;
+  const [listing, setListing] = React.useState<IListing | null>(null);
+  const [listError, setListError] = React.useState<string | null>(null);
+  const [actionError, setActionError] = React.useState<string | null>(null);
+  const [loading, setLoading] = React.useState(false);
+  const [deleting, setDeleting] = React.useState(false);
+  const [selected, setSelected] = React.useState<Set<string>>(new Set());
+
+  const refresh = React.useCallback(async () => {
+    setLoading(true);
+    try {
+      const next = await listRuns();
+      const present = new Set(next.runs.map(row => row.run));
+      setListing(next);
+      setListError(null);
+      setSelected(current => new Set([...current].filter(id => present.has(id))));
+    } catch (error) {
+      setListError(`cannot list the runs: ${message(error)}`);
+    } finally {
+      setLoading(false);
+    }
+  }, []);
+
+  React.useEffect(() => {
+    void refresh();
+  }, [props.generation]);
+
+  const select = (runIds: string[], on: boolean) =>
+    setSelected(current => {
+      const next = new Set(current);
+      runIds.forEach(id => (on ? next.add(id) : next.delete(id)));
+      return next;
+    });
+
+  const ordered = (listing?.runs ?? []).map(row => row.run).filter(id => selected.has(id));
+
+  const remove = async () => {
+    const ids = ordered;
+    const answer = await showDialog({
+      title: `Delete ${ids.length} run${ids.length === 1 ? '' : 's'}?`,
+      body: (
+        <div className="jp-Workbench-confirm">
+          <p>{ids.length === 1 ? 'Its bundle is' : 'Their bundles are'} removed from disk:</p>
+          <ul>
+            {ids.map(id => (
+              <li key={id}>{id}</li>
+            ))}
+          </ul>
+        </div>
+      ),
+      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Delete' })]
+    });
+    if (!answer.button.accept) {
+      return;
+    }
+    setDeleting(true);
+    setActionError(null);
+    const deleted: string[] = [];
+    const failures: string[] = [];
+    for (const id of ids) {
+      try {
+        await deleteRun(id);
+        deleted.push(id);
+      } catch (error) {
+        failures.push(`${id}: ${message(error)}`);
+      }
+    }
+    if (failures.length > 0) {
+      setActionError(`cannot delete ${failures.join('; ')}`);
+    }
+    if (deleted.length > 0) {
+      actions.deleted(deleted);
+    }
+    setDeleting(false);
+    await refresh();
+  };
+
+  const finished = (job: IJob) => {
+    if (job.status === 'succeeded' || job.status === 'failed') {
+      void refresh(); // a failed capture may still have written some variants
+    }
+  };
+
+  const count = ordered.length;
+  return (
+    <div className="jp-Workbench-panel">
+      <header className="jp-Workbench-header">
+        <h2>Workbench</h2>
+        <button
+          className="jp-Button jp-mod-minimal jp-Workbench-refresh"
+          onClick={() => void refresh()}
+          title="List the runs again"
+          disabled={loading}
+        >
+          {loading ? 'Refreshing…' : 'Refresh'}
+        </button>
+      </header>
+      <ErrorNote text={props.rootError} />
+      {listing ? (
+        <div className="jp-Workbench-root" title={`traces folder: ${listing.root}`}>
+          <span>traces:</span>
+          <span className="jp-Workbench-rootPath">
+            <bdi dir="ltr">{listing.root}</bdi>
+          </span>
+        </div>
+      ) : null}
+      <details className="jp-Workbench-section" open>
+        <summary>Capture</summary>
+        <CaptureSection onFinished={finished} />
+      </details>
+      <details className="jp-Workbench-section" open>
+        <summary>
+          Runs{listing ? ` (${listing.runs.length})` : ''}
+          <span className="jp-Workbench-count">{count > 0 ? ` · ${count} selected` : ''}</span>
+        </summary>
+        <div className="jp-Workbench-actions">
+          <button
+            className="jp-Button jp-mod-styled"
+            disabled={count < 1}
+            onClick={() => actions.open(ordered)}
+            title="Open the dashboard of each selected run"
+          >
+            Open
+          </button>
+          <button
+            className="jp-Button jp-mod-styled"
+            disabled={count < 2}
+            onClick={() => actions.compare(ordered)}
+            title="Compare the selected runs (two or more)"
+          >
+            Compare
+          </button>
+          <button
+            className="jp-Button jp-mod-styled jp-mod-warn"
+            disabled={count < 1 || deleting}
+            onClick={() => void remove()}
+            title="Delete the selected runs from disk"
+          >
+            {deleting ? 'Deleting…' : 'Delete'}
+          </button>
+        </div>
+        <ErrorNote text={actionError} />
+        <ErrorNote text={listError} />
+        {listing ? (
+          <RunList listing={listing} selected={selected} onSelect={select} onOpen={actions.open} />
+        ) : loading ? (
+          <p className="jp-Workbench-empty">Loading runs…</p>
+        ) : null}
+        {listing && listing.problems.length > 0 ? (
+          <details className="jp-Workbench-problems">
+            <summary>
+              {listing.problems.length} entr{listing.problems.length === 1 ? 'y' : 'ies'} could not be read
+            </summary>
+            <ul>
+              {listing.problems.map(problem => (
+                <li key={problem.entry}>
+                  <code>{problem.entry}</code>: {problem.message}
+                </li>
+              ))}
+            </ul>
+          </details>
+        ) : null}
+      </details>
+    </div>
+  );
+}
+
+/** The left sidebar widget. */
+export class WorkbenchSidebar extends ReactWidget {
+  constructor(private readonly _actions: ISidebarActions) {
+    super();
+    this.id = 'jp-workbench-sidebar';
+    this.addClass('jp-Workbench-sidebar');
+    this.title.icon = workbenchIcon;
+    this.title.caption = 'Workbench: runs, captures, dashboards';
+  }
+
+  /** List the runs again. */
+  refresh(): void {
+    this._generation += 1;
+    this.update();
+  }
+
+  /** Make the server read and capture into `path` ('' for its own default), then list the runs there. */
+  async setTracesRoot(path: string): Promise<void> {
+    try {
+      await setTracesRoot(path);
+      this._rootError = null;
+    } catch (error) {
+      this._rootError = `The traces folder setting "${path}" was not applied: ${message(error)}`;
+    }
+    this.refresh();
+  }
+
+  protected render(): JSX.Element {
+    return (
+      <WorkbenchPanel actions={this._actions} generation={this._generation} rootError={this._rootError} />
+    );
+  }
+
+  private _generation = 0;
+  private _rootError: string | null = null;
+}
