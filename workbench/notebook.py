@@ -4,7 +4,7 @@ inline) and each analysis as a function returning a DataFrame: `wb.roofline`, `w
 
 A run is named as everywhere: a run id (under `root`, default `$WORKBENCH_TRACES` or ./traces), a bundle
 path, a `Bundle`, or what `wb.capture` returned (a list of bundles; a one-run function takes a list of
-one). BokehJS is loaded inline (`output_notebook(INLINE)`), so notebooks render and export offline.
+one). BokehJS is loaded inline once per kernel (`load_bokehjs`), so notebooks render and export offline.
 """
 
 from __future__ import annotations
@@ -34,28 +34,37 @@ def capture(root: str | Path | None = None, **settings: Any) -> list[Bundle]:
     return [open_bundle(run.path, traces_root(root)) for run in result.runs]
 
 
-def show(runs: RunRef | Sequence[RunRef], root: str | Path | None = None) -> None:
-    """Render one run's dashboard, or the comparison and dashboards of several runs or an experiment."""
+def load_bokehjs() -> None:
+    """Publish BokehJS inline into the notebook, once per kernel (unless `output_notebook` already did):
+    inline, so notebooks render and export offline; once, because each copy adds megabytes to the file."""
     from bokeh.io import output_notebook
-    from bokeh.io import show as bokeh_show
+    from bokeh.io.state import curstate
     from bokeh.resources import INLINE
 
+    if not curstate().notebook:
+        output_notebook(INLINE, hide_banner=True)
+
+
+def _render(layout: Any) -> None:
+    """Show a Bokeh layout in the notebook."""
+    from bokeh.io import show as bokeh_show
+
+    load_bokehjs()
+    bokeh_show(layout)
+
+
+def show(runs: RunRef | Sequence[RunRef], root: str | Path | None = None) -> None:
+    """Render one run's dashboard, or the comparison and dashboards of several runs or an experiment."""
     from workbench.report import report_layout
 
-    output_notebook(INLINE, hide_banner=True)
-    bokeh_show(report_layout(_bundles(runs, root)))
+    _render(report_layout(_bundles(runs, root)))
 
 
 def compare(runs: Sequence[RunRef], root: str | Path | None = None) -> None:
     """Render the comparison view of several runs (latency, speedup, numerics, ops aligned)."""
-    from bokeh.io import output_notebook
-    from bokeh.io import show as bokeh_show
-    from bokeh.resources import INLINE
-
     from workbench.views.compare import compare as compare_view
 
-    output_notebook(INLINE, hide_banner=True)
-    bokeh_show(compare_view(_bundles(runs, root)))
+    _render(compare_view(_bundles(runs, root)))
 
 
 def roofline(run: RunRef | Sequence[RunRef], device: str | None = None,
@@ -125,10 +134,6 @@ def show_diff(a: RunRef | Sequence[RunRef], b: RunRef | Sequence[RunRef], *, pha
               per_step: bool = False, root: str | Path | None = None) -> None:
     """Render the diff view of two runs: the status-coloured table, the largest time deltas and both timelines
     aligned on their first step (`workbench.views.diff.diff_view`)."""
-    from bokeh.io import output_notebook
-    from bokeh.io import show as bokeh_show
-    from bokeh.resources import INLINE
-
     from workbench.analysis.summary import display_name
     from workbench.views.diff import diff_view
 
@@ -136,8 +141,7 @@ def show_diff(a: RunRef | Sequence[RunRef], b: RunRef | Sequence[RunRef], *, pha
     labels = tuple(str(display_name(x.info.get("variant")) or x.run_id) for x in (first, second))
     if labels[0] == labels[1]:
         labels = (first.run_id, second.run_id)
-    output_notebook(INLINE, hide_banner=True)
-    bokeh_show(diff_view(first.trace(), second.trace(), labels, phase=phase, per_step=per_step))
+    _render(diff_view(first.trace(), second.trace(), labels, phase=phase, per_step=per_step))
 
 
 def _one(run: RunRef | Sequence[RunRef], root: str | Path | None, what: str) -> Bundle:

@@ -1,0 +1,190 @@
+"""The notebooks of notebooks/: each runs top to bottom in a fresh kernel (nbclient, offline, tiny models)
+and its outputs show what its text promises; an executed notebook exports to HTML (nbconvert with the
+`offline` template of notebooks/templates/) that carries BokehJS and its plots and loads nothing remote."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, fixture_path
+
+nbformat = pytest.importorskip("nbformat", reason="pip install -e '.[test]' (nbformat, nbclient, nbconvert)")
+nbclient = pytest.importorskip("nbclient", reason="pip install -e '.[test]' (nbclient)")
+nbconvert = pytest.importorskip("nbconvert", reason="pip install -e '.[test]' (nbconvert)")
+bs4 = pytest.importorskip("bs4", reason="beautifulsoup4 comes with nbconvert")
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+TEMPLATES = NOTEBOOKS / "templates"
+CELL_TIMEOUT_S = 600
+"""Per cell; the slowest cells compile with torch.compile (10-30 s cold on two cores) or import JAX."""
+BOKEH_LOAD = "application/vnd.bokehjs_load.v0+json"
+BOKEH_EXEC = "application/vnd.bokehjs_exec.v0+json"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+REMOTE_SCRIPT = re.compile(r"<script\b[^>]*\bsrc\s*=\s*[\"']?\s*(https?:)?//", re.IGNORECASE)
+REMOTE_STYLE = re.compile(r"<link\b[^>]*\bhref\s*=\s*[\"']?\s*(https?:)?//", re.IGNORECASE)
+
+
+def execute(name: str, traces: Path, **env: str):
+    """Run notebook `name` top to bottom in a fresh kernel started in notebooks/ (as Jupyter would), its
+    runs written under `traces`; a cell that raises fails the test with its traceback."""
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    with pytest.MonkeyPatch.context() as patch:  # the kernel inherits the environment
+        patch.setenv("WORKBENCH_TRACES", str(traces))
+        for key, value in env.items():
+            patch.setenv(key, value)
+        nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                                resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    return nb
+
+
+def outputs(nb, tag: str) -> list:
+    """The outputs of the code cell tagged `tag`."""
+    (cell,) = [c for c in nb.cells if tag in c.metadata.get("tags", [])]
+    return cell.outputs
+
+
+def table(cell_outputs: list) -> list[dict[str, str]]:
+    """The rows of the DataFrame a cell returned, from its HTML, as {column: text}; the index under ""."""
+    (html,) = [o.data["text/html"] for o in cell_outputs if "text/html" in o.get("data", {})]
+    soup = bs4.BeautifulSoup(html, "html.parser")
+    header = [th.get_text() for th in soup.select("thead tr")[0].find_all("th")]
+    return [dict(zip(header, [cell.get_text() for cell in row.find_all(["th", "td"])], strict=True))
+            for row in soup.select("tbody tr")]
+
+
+def assert_ran_clean(nb) -> None:
+    """Every code cell ran, in order, and none left an error output."""
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1))
+    errors = [o for c in code for o in c.outputs if o.output_type == "error"]
+    assert errors == []
+
+
+def assert_plot(cell_outputs: list) -> None:
+    """The cell drew a Bokeh layout (the embed script and its div)."""
+    kinds = [set(o.get("data", {})) for o in cell_outputs]
+    assert any(BOKEH_EXEC in k and "application/javascript" in k for k in kinds), kinds
+    assert any("text/html" in k for k in kinds)
+
+
+@pytest.fixture(scope="module")
+def quick_start(tmp_path_factory):
+    return execute("01-quick-start", tmp_path_factory.mktemp("quick-start"))
+
+
+def test_notebooks_are_stored_clean():
+    """Stored without outputs (they are made by running), valid, each with the Python 3 kernel."""
+    names = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
+    assert names == ["01-quick-start", "02-fusion", "03-quantization", "04-import-traces", "05-app"]
+    for name in names:
+        nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+        nbformat.validate(nb)
+        assert nb.metadata.kernelspec.name == "python3"
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert cell.outputs == [] and cell.execution_count is None, (name, cell.source[:60])
+                ast.parse(cell.source)
+
+
+def test_quick_start(quick_start):
+    assert_ran_clean(quick_start)
+    rows = table(outputs(quick_start, "summary"))
+    assert [(r["variant"], r["status"]) for r in rows] == [("eager", "ok"), ("bf16", "ok")]
+    bf16 = rows[1]
+    assert float(bf16["p50_ms"]) > 0 and float(bf16["speedup"]) > 0
+    assert 10 < float(bf16["sqnr_db"]) < 100 and 0 <= float(bf16["top1"]) <= 1
+    assert any(BOKEH_LOAD in o.get("data", {}) for o in outputs(quick_start, "views"))  # BokehJS, inline
+    assert_plot(outputs(quick_start, "views"))
+
+
+def test_exported_html_is_self_contained(quick_start, tmp_path):
+    from bokeh import __version__ as bokeh_version
+    from nbconvert import HTMLExporter
+
+    offline = HTMLExporter(template_name="offline", extra_template_basedirs=[str(TEMPLATES)])
+    body, _ = offline.from_notebook_node(quick_start)
+    assert not REMOTE_SCRIPT.search(body) and not REMOTE_STYLE.search(body)
+    soup = bs4.BeautifulSoup(body, "html.parser")
+    scripts = [s.get_text() for s in soup.find_all("script")]
+    bokehjs = [s for s in scripts if f'"{bokeh_version}"' in s or f"'{bokeh_version}'" in s]
+    assert bokehjs and max(map(len, bokehjs)) > 1_000_000  # BokehJS itself, inline
+    assert any("embed_items_notebook" in s or "embed_items" in s for s in scripts)  # the plot
+    assert soup.title.get_text() == "workbench: quick start"
+    (tmp_path / "quick-start.html").write_text(body, encoding="utf-8")
+
+    default, _ = HTMLExporter(template_name="lab").from_notebook_node(quick_start)
+    assert REMOTE_SCRIPT.search(default)  # what the offline template leaves out (require.js, MathJax)
+
+
+@pytest.mark.slow
+def test_fusion(tmp_path):
+    nb = execute("02-fusion", tmp_path / "traces")
+    assert_ran_clean(nb)
+    rows = {r["variant"]: r for r in table(outputs(nb, "fusion-table"))}
+    assert list(rows) == ["eager", "compile", "jax-jit", "jax-nofusion"]
+    assert float(rows["jax-jit"]["fusions"]) > 0 and float(rows["jax-nofusion"]["fusions"]) == 0
+    assert float(rows["jax-nofusion"]["kernels"]) > float(rows["jax-jit"]["kernels"])
+    assert float(rows["compile"]["fusions"]) > 0 and float(rows["eager"]["fusions"]) == 0
+    counts = {r[""]: r for r in table(outputs(nb, "hlo-counts"))}
+    several = counts["fusing several ops"]
+    assert float(several["jax-jit"]) > 0 and float(several["jax-nofusion"]) == 0
+    assert float(counts["holding one op"]["jax-nofusion"]) == float(counts["fusion instructions"]["jax-nofusion"])
+    assert_plot(outputs(nb, "views"))
+
+
+@pytest.mark.slow
+def test_quantization(tmp_path):
+    nb = execute("03-quantization", tmp_path / "traces")
+    assert_ran_clean(nb)
+    rows = {r["variant"]: r for r in table(outputs(nb, "summary"))}
+    assert list(rows) == ["eager", "bf16", "int8", "int8-weight-only"]
+    assert float(rows["eager"]["speedup"]) == pytest.approx(1.0)
+    for variant in ("bf16", "int8", "int8-weight-only"):
+        assert 10 < float(rows[variant]["sqnr_db"]) < 100, rows[variant]
+        assert float(rows[variant]["max_abs_error"]) > 0 and float(rows[variant]["speedup"]) > 0
+    assert float(rows["int8"]["first_call_s"]) > float(rows["bf16"]["first_call_s"])  # compiled
+    assert_plot(outputs(nb, "views"))
+
+
+def test_import_traces_without_fixtures(tmp_path):
+    """Where shared/fixtures is absent (Binder) the notebook records a trace itself and imports that."""
+    empty = tmp_path / "no-fixtures"
+    empty.mkdir()
+    nb = execute("04-import-traces", tmp_path / "traces", WORKBENCH_FIXTURES=str(empty))
+    assert_ran_clean(nb)
+    (row,) = table(outputs(nb, "summary"))
+    assert "import-mlp" in row["run"] and row["device"] == "cpu" and int(row["op events"]) > 0
+    names = [r["name"] for r in table(outputs(nb, "top"))]
+    assert "aten::addmm" in names
+    assert_plot(outputs(nb, "views"))
+
+
+def test_import_traces_of_the_gpu_fixtures(tmp_path):
+    fixture_path("kineto", "amd_mi250_train.json.gz")
+    fixture_path("nsys", "h100_2gpu_1s.sqlite")
+    nb = execute("04-import-traces", tmp_path / "traces", WORKBENCH_FIXTURES=str(FIXTURES))
+    assert_ran_clean(nb)
+    amd, h100 = table(outputs(nb, "summary"))
+    assert "amd-mi250" in amd["run"] and "rocm" in amd["device"]
+    assert "h100" in h100["run"] and "cuda:0" in h100["device"] and "cuda:1" in h100["device"]
+    assert int(h100["kernel events"]) == 3442  # the fixture's kernels (see its README)
+    top = table(outputs(nb, "top"))
+    assert len(top) == 10 and all(float(r["total_us"]) > 0 for r in top)
+    assert_plot(outputs(nb, "views"))
+
+
+def test_app(tmp_path):
+    nb = execute("05-app", tmp_path / "traces")
+    assert_ran_clean(nb)
+    shown = outputs(nb, "app")
+    assert any(BOKEH_LOAD in o.get("data", {}) for o in shown)  # the app loads BokehJS for its views
+    assert any(WIDGET_VIEW in o.get("data", {}) for o in shown)
+    (result,) = [o.data["text/plain"] for o in outputs(nb, "result") if o.output_type == "execute_result"]
+    value, label, variants = ast.literal_eval(result)
+    assert value == 100 and variants == ["eager", "bf16"] and "2 runs" in label
+    assert nb.metadata.widgets  # the widgets' state, stored by nbclient
+    states = nb.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]
+    assert any(s["model_name"] == "BokehModel" for s in states.values())
