@@ -7,7 +7,7 @@ TORCH  ?= torch==2.13.0
 EXTRAS ?= dev
 STAMP  := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: setup demo test lint bench-ingest bench-report clean
+.PHONY: setup demo test lint bench-ingest bench-report bench-llm clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -38,5 +38,10 @@ bench-ingest: setup
 bench-report: setup
 	$(PY) benchmarks/report.py
 
+## LLM performance model against measured tiny-gpt prefill and decode on this CPU (prediction error per metric).
+bench-llm: setup
+	$(PY) benchmarks/llm_model.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache test-output extensions/jupyterlab-workbench/node_modules \
+		extensions/jupyterlab-workbench/lib extensions/jupyterlab-workbench/labextension extensions/jupyterlab-workbench/.yarn

@@ -85,10 +85,17 @@ def main() -> None:
 @_json_option
 @click.option("--progress-json", is_flag=True,
               help='Progress as JSON lines on stderr ({"task", "completed", "total", "done"}) for programs.')
+@click.option("--profiler", type=click.Choice(["framework", "nsys", "ncu"]), default="framework", show_default=True,
+              help="framework: torch.profiler / jax.profiler; nsys: Nsight Systems timeline of the measured steps "
+                   "(CUDA); ncu: Nsight Compute metrics of the measured steps' kernels, beside the framework trace.")
+@click.option("--kernel-name", default=None,
+              help="ncu: profile only these kernels (a name, or regex:<expression>).")
+@click.option("--launch-count", default=50, show_default=True, type=click.IntRange(min=1),
+              help="ncu: kernel launches to profile per variant.")
 def capture(model: str, variants: str, batch: int, seq: int | None, device: str, iterations: int, warmup: int,
             threads: int | None, profile: bool, steady_state_only: bool, profile_steps: int, with_stack: bool,
             overrides: tuple[str, ...], report_path: Path | None, out_dir: Path | None, as_json: bool,
-            progress_json: bool) -> None:
+            progress_json: bool, profiler: str, kernel_name: str | None, launch_count: int) -> None:
     """Benchmark and profile a model in several variants: one bundle per variant plus an experiment."""
     from workbench.capture.torch_profiler import ProfileSettings
     from workbench.experiment import ExperimentSettings, run_experiment
@@ -108,6 +115,9 @@ def capture(model: str, variants: str, batch: int, seq: int | None, device: str,
                                              with_stack=with_stack),
             threads=threads,
             model_overrides=_parse_overrides(overrides),
+            profiler=profiler,
+            kernel_name=kernel_name,
+            launch_count=launch_count,
         )
         root = traces_root(out_dir)
         shown = JsonProgress(sys.stderr) if progress_json else RichProgress(err, enabled=not as_json)
@@ -129,6 +139,17 @@ def capture(model: str, variants: str, batch: int, seq: int | None, device: str,
             out.print(f"report: {written}", highlight=False)
     if any(r["status"] != "ok" for r in runs):
         sys.exit(EXIT_PARTIAL)
+
+
+@main.command(name="_profile-variant", hidden=True)
+@click.argument("spec", type=click.Path(dir_okay=False, path_type=Path))
+def profile_variant_child(spec: Path) -> None:
+    """Internal: one variant's profiled lifecycle in a process that nsys or ncu launched (see
+    workbench.capture.nsight); SPEC is the JSON file describing it."""
+    from workbench.capture.nsight import run_child
+
+    with _errors():
+        run_child(spec)
 
 
 def _parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
@@ -248,6 +269,8 @@ def _print_summary(s: dict[str, Any]) -> None:
         _kv_table("latency (ms)", {**s["latency_ms"], **s["throughput"], "first call s": s.get("first_call_s")})
     if s["numerics"]:
         _kv_table("numerics vs fp32 eager", s["numerics"])
+    if s.get("llm"):
+        _kv_table("generation", {k: v for k, v in s["llm"].items() if not isinstance(v, (dict, list))})
     if s["events"]:
         _kv_table("events", {**s["events"], **{f"kernel time {d} (ms)": ns / 1e6 for d, ns in s["kernel_ns"].items()},
                              **{f"memory peak {d} (MiB)": n / 2**20 for d, n in s["memory_peak_bytes"].items()}})
@@ -393,3 +416,290 @@ def _print_analysis(result: dict[str, Any], top: int) -> None:
                          _fmt((row["achieved_bytes_per_s"] or 0) / 1e9), str(row["bound"]),
                          "-" if row["fraction_of_roof"] is None else f"{row['fraction_of_roof']:.1%}")
         out.print(roof)
+
+
+@main.command()
+@click.argument("runs", nargs=-1, required=True)
+@click.option("--device", "devices", multiple=True, metavar="SPEC",
+              help="Also project each run onto this device (repeatable): a built-in name, cpu, or an accelerator YAML.")
+@click.option("--price", "price", type=click.FloatRange(min=0), default=None,
+              help="USD per hour of the runs' own device (default: the hardware table's; none for a CPU).")
+@_out_option
+@_json_option
+def cost(runs: tuple[str, ...], devices: tuple[str, ...], price: float | None, out_dir: Path | None,
+         as_json: bool) -> None:
+    """What inference costs: USD per million calls, items and tokens, measured on each run's device and
+    projected onto others from the roofline (projections are optimistic: perfect kernels, no overhead)."""
+    from workbench.analysis.cost import cost_table
+    from workbench.hardware import resolve_device_spec
+    from workbench.report import resolve_runs
+
+    with _errors():
+        targets = [resolve_device_spec(device) for device in devices]
+        table = cost_table(resolve_runs(list(runs), traces_root(out_dir)), targets, price_per_hour=price)
+    if as_json:
+        _print_json(json.loads(table.to_json(orient="records")))
+        return
+    view = Table(title="cost (projections: roofline time of perfect kernels, no launch or host overhead)",
+                 title_justify="left")
+    for column in ("variant", "basis", "device", "ms/call", "items/s", "$/h", "$/M calls", "$/M items", "$/M tokens",
+                   "work known"):
+        view.add_column(column, justify="left" if column in ("variant", "basis", "device") else "right")
+    for row in table.itertuples():
+        view.add_row(str(row.variant), row.basis, str(row.device), *(_fmt(None if _missing(v) else v) for v in (
+            row.latency_ms, row.items_per_s, row.price_per_hour, row.usd_per_million_calls,
+            row.usd_per_million_items, row.usd_per_million_tokens)),
+            "-" if _missing(row.work_known) else f"{row.work_known:.0%}")
+    out.print(view)
+
+
+def _missing(value: Any) -> bool:
+    """Whether a table value is missing (NaN or None)."""
+    return value is None or (isinstance(value, float) and value != value)
+
+
+@main.command(name="llm-model")
+@click.option("--config", "config_text", required=True, metavar="CONFIG",
+              help="A preset (tiny-gpt, llama-3-8b, deepseek-v2-lite), inline key=value pairs "
+                   "('tiny-gpt,kv_heads=2' or 'layers=4,d_model=512,heads=8,vocab=32000'), or a JSON/YAML file.")
+@click.option("--device", default="h100", show_default=True, metavar="SPEC",
+              help="A built-in device (h100, a100, l4, tpu-v5e...), cpu (measured), or an accelerator YAML.")
+@click.option("--batch", "batches", default="1", show_default=True,
+              help="Batch sizes: 1,8,64 or a doubling range 1..256.")
+@click.option("--prompt", "prompts", default="512", show_default=True, help="Prompt lengths (tokens; 4k = 4096).")
+@click.option("--new", "news", default="128", show_default=True, help="Generated tokens per sequence.")
+@click.option("--context", "contexts", default=None,
+              help="Contexts for the KV-cache and crossover sweep (default: 128..max_seq, doubling).")
+@click.option("--spec-k", default=None, type=click.IntRange(min=1),
+              help="Speculative decoding: tokens drafted per target pass.")
+@click.option("--acceptance", default=0.7, show_default=True, type=click.FloatRange(0, 1),
+              help="Speculative decoding: probability a drafted token is accepted.")
+@click.option("--draft-cost", default=0.05, show_default=True, type=click.FloatRange(min=0),
+              help="Speculative decoding: draft step time over target step time.")
+@click.option("--overhead-ms", default=0.0, show_default=True, type=click.FloatRange(min=0),
+              help="Fixed cost per forward pass (launch / dispatch), added to each pass.")
+@click.option("--prefill-logits", default="last", show_default=True, type=click.Choice(["last", "all"]),
+              help="Logits of the last prompt token (serving engines) or of all (a plain forward).")
+@click.option("--prefill-chunk", default=None, type=click.IntRange(min=1),
+              help="Prefill in chunks of this many tokens (bounds the activation memory).")
+@click.option("--memory-fraction", default=0.9, show_default=True, type=click.FloatRange(0, 1, min_open=True),
+              help="Share of device memory the model may use.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the KV-cache view to this HTML file.")
+@_json_option
+def llm_model(config_text: str, device: str, batches: str, prompts: str, news: str, contexts: str | None,
+              spec_k: int | None, acceptance: float, draft_cost: float, overhead_ms: float, prefill_logits: str,
+              prefill_chunk: int | None, memory_fraction: float, html_path: Path | None, as_json: bool) -> None:
+    """Analytical LLM inference model: FLOPs, bytes, KV cache, TTFT/TPOT from the roofline, crossover
+    batch, longest context and speculative speedup of a transformer config on a device (a projection)."""
+    from workbench.hardware import resolve_device_spec
+    from workbench.llm import perf_model as pm
+
+    with _errors():
+        config = pm.parse_config(config_text)
+        spec = resolve_device_spec(device)
+        result = pm.llm_projection(
+            config, spec, batches=pm.parse_sweep(batches, "--batch"), prompts=pm.parse_sweep(prompts, "--prompt"),
+            news=pm.parse_sweep(news, "--new"), contexts=pm.parse_sweep(contexts, "--context") if contexts else None,
+            spec_k=spec_k, acceptance=acceptance, draft_cost=draft_cost, overhead_s=overhead_ms / 1e3,
+            prefill_logits=prefill_logits, memory_fraction=memory_fraction, prefill_chunk=prefill_chunk)
+        if html_path is not None:
+            import pandas as pd
+
+            from workbench.report import write_report
+            from workbench.views.llm_model import llm_model_view
+
+            budget = (spec.memory_bytes * memory_fraction - result["weights"]["bytes"]) if spec.memory_bytes else None
+            layout = llm_model_view(pd.DataFrame(result["kv_cache"]), kv_budget_bytes=budget,
+                                    title=f"{config.name} on {spec.name}")
+            result["html"] = str(write_report(layout, html_path, title=f"workbench llm-model: {config.name}"))
+    if as_json:
+        _print_json(result)
+    else:
+        _print_llm_model(result)
+
+
+def _print_llm_model(r: dict[str, Any]) -> None:
+    c, d, w = r["config"], r["device"], r["weights"]
+    attention = c["attention"] + (f" (kv_latent {c['kv_latent']}, rope {c['rope_dim']})" if c["attention"] == "mla"
+                                  else f" ({c['kv_heads']} kv heads of {c['heads']})")
+    out.print(f"[bold]{c['name']}[/] on [bold]{d['name']}[/] (a projection: roofline, no measurement)  "
+              f"{w['params'] / 1e9:.3g}B params ({w['active_params'] / 1e9:.3g}B active), weights {_gb(w['bytes'])} "
+              f"{c['weight_dtype']}, attention {attention}, KV {_gb(r['kv_bytes_per_token'])}/token {c['kv_dtype']}; "
+              f"peak {d['peak_flops_per_s'] / 1e12:.4g} TFLOP/s {d['peak_dtype']}, "
+              f"{d['memory_bw_bytes_per_s'] / 1e9:.4g} GB/s, ridge {d['ridge_point']:.3g} FLOP/B", highlight=False)
+    table = Table(title="scenarios", title_justify="left")
+    for column in ("batch", "prompt", "new", "prefill TFLOP", "TTFT ms", "bound", "decode GB/step", "TPOT ms",
+                   "bound", "tok/s", "KV", "memory", "fits", "crossover batch", "max context"):
+        table.add_column(column, justify="right")
+    for s in r["scenarios"]:
+        dec = s["decode"]
+        beyond = " [red](> max_seq)[/]" if s["beyond_max_seq"] else ""
+        table.add_row(str(s["batch"]), str(s["prompt"]), str(s["new"]) + beyond, _fmt(s["prefill"]["flops"] / 1e12),
+                      _fmt(s["ttft_ms"]), s["prefill"]["bound"], _fmt(dec.get("bytes_per_step", 0) / 1e9),
+                      _fmt(s["tpot_ms"]), dec.get("bound", "-"), _fmt(s["tokens_per_s"]), _gb(s["kv_bytes"]),
+                      _gb(s["memory_bytes"]), {True: "yes", False: "[red]no[/]", None: "?"}[s["fits"]],
+                      _fmt(s["crossover_batch"]) if s["crossover_batch"] else "never",
+                      _fmt(s["max_context"]) + (f" (model: {c['max_seq']:,})" if c["max_seq"] and
+                                                s["max_context"] and s["max_context"] > c["max_seq"] else ""))
+    out.print(table)
+    contexts = Table(title="by context (one sequence)", title_justify="left")
+    for column in ("context", "KV cache", "crossover batch"):
+        contexts.add_column(column, justify="right")
+    for row in r["contexts"]:
+        contexts.add_row(f"{row['context']:,}", _gb(row["kv_bytes_per_sequence"]),
+                         _fmt(row["crossover_batch"]) if row["crossover_batch"] else "never")
+    out.print(contexts)
+    if any(row["crossover_batch"] is None for row in r["contexts"]):
+        out.print("crossover 'never': the KV-cache read grows with the batch as fast as the FLOPs, so the "
+                  "decode step stays memory-bound at any batch at that context", highlight=False)
+    longest = max(row["context"] for row in r["kv_cache"])
+    variants = Table(title=f"KV cache per sequence at {longest:,} tokens, by attention variant", title_justify="left")
+    dtypes = list(dict.fromkeys(row["kv_dtype"] for row in r["kv_cache"]))
+    for column in ("variant", *dtypes, "vs mha"):
+        variants.add_column(column, justify="left" if column == "variant" else "right")
+    at_longest = [row for row in r["kv_cache"] if row["context"] == longest]
+    for variant in dict.fromkeys(row["variant"] for row in at_longest):
+        rows = {row["kv_dtype"]: row for row in at_longest if row["variant"] == variant}
+        variants.add_row(variant, *(_gb(rows[t]["kv_bytes"]) for t in dtypes), f"{rows[dtypes[0]]['vs_mha']:.3g}x")
+    out.print(variants)
+    spec = r["speculative"]
+    if spec:
+        out.print(f"speculative decoding (k={spec['k']}, acceptance {spec['acceptance']:g}, draft cost "
+                  f"{spec['draft_cost']:g}): {spec['expected_tokens']:.3g} tokens per target pass, speedup "
+                  f"{spec['speedup']:.3g}x (Leviathan et al. 2023), {spec['speedup_roofline']:.3g}x with the modelled "
+                  f"verify pass ({spec['verify_over_step']:.3g}x a decode step); best k {spec['best_k']} "
+                  f"({spec['best_k_speedup']:.3g}x)", highlight=False)
+    if r.get("html"):
+        out.print(f"view: {r['html']}", highlight=False)
+
+
+def _gb(n: float) -> str:
+    """Bytes in decimal units (the hardware table's convention)."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.3g} B"
+
+
+# --- generate (LLM generation runs) -------------------------------------------------------------
+
+
+def _comma_list(kind: type):
+    """A click callback reading a comma-separated list of `kind` values (integers must be >= 1); the
+    runner checks names (attention kinds, KV formats) and lists the valid ones."""
+
+    def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[Any, ...] | None:
+        if value is None:
+            return None
+        items = [item.strip() for item in value.split(",") if item.strip()]
+        if not items:
+            raise click.BadParameter("give at least one value")
+        try:
+            values = tuple(kind(item) for item in items)
+        except ValueError:
+            raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
+        if kind is int and any(v < 1 for v in values):
+            raise click.BadParameter("values must be >= 1")
+        return values
+
+    return parse
+
+
+@main.command()
+@click.option("--model", default="tiny-gpt", show_default=True, help="The built-in tiny-gpt (configure it with --set).")
+@click.option("--attention", default=None, callback=_comma_list(str), metavar="LIST",
+              help="Attention kinds to sweep, comma-separated: mha, gqa, mqa, mla (default: the model config's); "
+                   "--set kv_heads=N sets GQA's kv heads, --set kv_latent=N MLA's latent width.")
+@click.option("--kv", default="fp32", show_default=True, callback=_comma_list(str), metavar="LIST",
+              help="KV-cache formats to sweep: fp32, bf16, fp16, int8 (per-token scales), int8-per-head.")
+@click.option("--prompt", default="128", show_default=True, callback=_comma_list(int), metavar="LIST",
+              help="Prompt lengths to sweep.")
+@click.option("--new", default="64", show_default=True, callback=_comma_list(int), metavar="LIST",
+              help="New tokens to generate (sweepable).")
+@click.option("--batch", default="1", show_default=True, callback=_comma_list(int), metavar="LIST",
+              help="Batch sizes to sweep.")
+@click.option("--speculative", default=0, show_default=True, type=click.IntRange(min=0), metavar="K",
+              help="Also run speculative decoding with K draft tokens per round (0: off; batch 1).")
+@click.option("--draft-layers", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Speculative draft: the target's first N layers.")
+@click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
+@click.option("--repeats", default=5, show_default=True, type=click.IntRange(min=1),
+              help="Timed generations per run (interleaved across runs).")
+@click.option("--warmup", default=1, show_default=True, type=click.IntRange(min=0))
+@click.option("--threads", default=None, type=click.IntRange(min=1), help="torch threads during the runs.")
+@click.option("--profile/--no-profile", default=True, show_default=True,
+              help="Capture one generation per run with torch.profiler.")
+@click.option("--with-stack", is_flag=True, help="Record Python stacks in the trace (slower).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Model config override, e.g. --set layers=4 --set kv_latent=64.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write an HTML report (generation figures, then the runs) to this file.")
+@_out_option
+@_json_option
+@click.option("--progress-json", is_flag=True, help="Progress as JSON lines on stderr, for programs.")
+def generate(model: str, attention: tuple[str, ...] | None, kv: tuple[str, ...], prompt: tuple[int, ...],
+             new: tuple[int, ...], batch: tuple[int, ...], speculative: int, draft_layers: int, device: str,
+             repeats: int, warmup: int, threads: int | None, profile: bool, with_stack: bool,
+             overrides: tuple[str, ...], report_path: Path | None, out_dir: Path | None, as_json: bool,
+             progress_json: bool) -> None:
+    """Generate with a KV cache (prefill, then decode steps) and measure TTFT, TPOT, tokens/s and KV-cache
+    bytes: one bundle per point of the sweep (attention × kv × batch × prompt × new) plus an experiment."""
+    from workbench.capture.torch_profiler import ProfileSettings
+    from workbench.llm.run import GenerateSettings, run_generation
+    from workbench.progress import JsonProgress, RichProgress
+
+    with _errors():
+        settings = GenerateSettings(
+            model=model, attention=attention or (None,), kv=kv, batch=batch, prompt=prompt, new=new,
+            speculative=speculative, draft_layers=draft_layers, device=device, warmup=warmup, repeats=repeats,
+            profile=profile, profile_settings=ProfileSettings(with_stack=with_stack), threads=threads,
+            model_overrides=_parse_overrides(overrides),
+        )
+        root = traces_root(out_dir)
+        shown = JsonProgress(sys.stderr) if progress_json else RichProgress(err, enabled=not as_json)
+        with shown as progress:
+            result = run_generation(settings, root, progress=progress)
+    runs = [r.to_dict() for r in result.runs]
+    written = None
+    if report_path is not None:
+        from bokeh.models import TabPanel, Tabs
+
+        from workbench.report import report_layout, resolve_runs, write_report
+        from workbench.views.llm import generation_view
+
+        with _errors(), err.status("building the report", spinner="dots"):
+            bundles = resolve_runs([result.experiment_id], root)
+            layout = Tabs(tabs=[TabPanel(child=generation_view(bundles), title="generation"),
+                                TabPanel(child=report_layout(bundles), title="runs")])
+            written = str(write_report(layout, report_path, title=f"workbench: {result.experiment_id}"))
+    if as_json:
+        _print_json({"experiment": result.experiment_id, "root": str(root), "runs": runs, "report": written})
+    else:
+        _print_generation(result.experiment_id, root, runs)
+        if written:
+            out.print(f"report: {written}", highlight=False)
+    if any(r["status"] != "ok" for r in runs):
+        sys.exit(EXIT_PARTIAL)
+
+
+def _print_generation(experiment_id: str, root: Path, runs: list[dict[str, Any]]) -> None:
+    table = Table(title=f"generation {experiment_id}", title_justify="left")
+    columns = ("run", "status", "TTFT ms", "TPOT p50 ms", "TPOT p99 ms", "tokens/s", "KV bytes", "accept", "speedup",
+               "bundle")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("run", "status", "bundle") else "right")
+    for run in runs:
+        llm = run.get("llm") or {}
+        spec = llm.get("speculative") or {}
+        table.add_row(
+            run["variant"], "[green]ok[/]" if run["status"] == "ok" else f"[red]{run['status']}[/]",
+            _fmt(llm.get("ttft_ms")), _fmt(llm.get("tpot_ms")), _fmt(llm.get("tpot_p99_ms")),
+            _fmt(llm.get("tokens_per_s")), _fmt(llm.get("kv_cache_bytes")), _fmt(spec.get("acceptance_rate")),
+            _fmt(spec.get("speedup_vs_greedy"), "x"), run["run_id"],
+        )
+    out.print(table)
+    for run in runs:
+        if run["status"] != "ok":
+            err.print(f"[red]run {run['variant']} failed:[/] {run.get('error')}", highlight=False)
+    out.print(f"bundles in {root}; look at one with: workbench show RUN --out {root}", highlight=False)

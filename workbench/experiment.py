@@ -240,7 +240,7 @@ class _WorkloadFailed(Exception):
 
 
 @contextmanager
-def _torch_threads(threads: int | None) -> Iterator[None]:
+def torch_threads(threads: int | None) -> Iterator[None]:
     """Run the block with `threads` intra-op threads (None: unchanged), restoring the count after."""
     if threads is None:
         yield
@@ -270,7 +270,7 @@ def run_experiment(
     variants = [get_variant(name, settings.batch, settings.device) for name in settings.variants]
     # torch has no TPU backend: there the fp32 reference runs on the host CPU
     reference = get_variant(REFERENCE, settings.batch, settings.device if torch_supports(settings.device) else "cpu")
-    with _torch_threads(settings.threads):
+    with torch_threads(settings.threads):
         timings: dict[str, float] = {}
         with phase("load", timings):
             loaded = load_model(settings.model, **settings.model_overrides)
@@ -460,7 +460,7 @@ class _Experiment:
             "error": run.error,
             "traceback": run.error_traceback,
             "experiment": self.experiment_id,
-            "model": _model_info(s.model, loaded),
+            "model": model_info(s.model, loaded),
             "variant": run.variant.to_dict(),
             "device": run.notes.get("device", run.variant.device),
             "batch": s.batch,
@@ -531,7 +531,7 @@ def _xprof_tool_data(run_folder: Path, out: Path) -> dict[str, Any]:
         return {"tools": {}, "error": str(exc)}
 
 
-def _model_info(ref: str, loaded: LoadedModel) -> dict[str, Any]:
+def model_info(ref: str, loaded: LoadedModel) -> dict[str, Any]:
     """The model fields of run.json."""
     return {"ref": ref, "name": loaded.name, "config": loaded.config, "parameters": loaded.parameter_count,
             "source": loaded.source}

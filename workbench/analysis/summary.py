@@ -15,7 +15,7 @@ def run_summary(bundle: Bundle, top: int = 10) -> dict[str, Any]:
 
     `{"run", "status", "model", "variant", "device", "events": {kind: n}, "kernel_ns": {device: ns},
     "ops": n, "memory_peak_bytes": {device: n}, "latency_ms": {...}, "throughput": {...},
-    "numerics": {...}, "top_ops": [...], "top_kernels": [...]}`; the op tables cover the `measure`
+    "numerics": {...}, "llm": {...} | None, "top_ops": [...], "top_kernels": [...]}`; the op tables cover the `measure`
     phase of a capture (steady state, not compilation) and the whole trace of an import.
     """
     info = bundle.info
@@ -33,6 +33,7 @@ def run_summary(bundle: Bundle, top: int = 10) -> dict[str, Any]:
         "throughput": {k: bench[k] for k in ("items_per_s", "tokens_per_s") if bench.get(k) is not None},
         "first_call_s": info.get("first_call_s"),
         "numerics": info.get("numerics") or {},
+        "llm": llm_summary(info),
         "events": {},
         "kernel_ns": {},
         "ops": 0,
@@ -54,6 +55,25 @@ def run_summary(bundle: Bundle, top: int = 10) -> dict[str, Any]:
     op_kinds = ("op",) if summary["ops"] else ("annotation",)
     summary["top_ops"] = _records(op_table(trace, op_kinds, window).head(top))
     summary["top_kernels"] = _records(op_table(trace, ("kernel",), window).head(top))
+    return summary
+
+
+LLM_KEYS = ("ttft_ms", "tpot_ms", "tpot_p99_ms", "tokens_per_s", "kv_cache_bytes", "kv_cache_bytes_predicted",
+            "peak_memory_bytes", "attention", "kv", "decoding")
+"""The figures of a generation run (`workbench generate`) that its summary carries."""
+
+
+def llm_summary(info: dict[str, Any]) -> dict[str, Any] | None:
+    """The headline figures of a generation run's run.json "llm" object (TTFT, TPOT, tokens/s, KV-cache
+    bytes, ...; acceptance rate and speedup for speculative decoding); None for other runs."""
+    llm = info.get("llm")
+    if not isinstance(llm, dict):
+        return None
+    summary = {key: llm.get(key) for key in LLM_KEYS}
+    speculative = llm.get("speculative")
+    if isinstance(speculative, dict):
+        summary.update(acceptance_rate=speculative.get("acceptance_rate"),
+                       speedup_vs_greedy=speculative.get("speedup_vs_greedy"))
     return summary
 
 

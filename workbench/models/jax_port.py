@@ -30,6 +30,7 @@ import torch
 
 from workbench.errors import MissingDependency, VariantUnavailable, WorkbenchError
 from workbench.models.loaded import LoadedModel
+from workbench.models.tiny_gpt import resolved_kv_heads
 
 try:
     import jax
@@ -147,8 +148,10 @@ def _attention(params: Params, prefix: str, x: jax.Array, heads: int, kv_heads: 
 
 
 def _tiny_gpt(config: Mapping[str, Any]) -> Apply:
+    if config.get("attention") == "mla":
+        raise VariantUnavailable("tiny-gpt with attention 'mla' has no JAX port (MHA, GQA and MQA have one)")
     layers, heads, max_seq = config["layers"], config["heads"], config["max_seq"]
-    kv_heads = heads if config["kv_heads"] is None else config["kv_heads"]
+    kv_heads = resolved_kv_heads(config)
 
     def apply(params: Params, tokens: jax.Array) -> jax.Array:
         """Token ids [B, T] (integers) → logits [B, T, vocab]."""

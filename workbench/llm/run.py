@@ -1,0 +1,516 @@
+"""Generation runs captured into bundles, like `workbench.experiment` does for inference variants.
+
+`run_generation(settings)` sweeps the product of attention kinds × KV-cache formats × batch sizes ×
+prompt lengths × new-token counts (and greedy / speculative decoding when `speculative` > 0); each
+point is one run and one bundle, grouped by an experiment record. For every run:
+
+1. numerics: one greedy generation with kept logits, checked against recomputation without a cache
+   (`vs_recompute`) and, for formats other than fp32, against the fp32 cache (`vs_fp32_cache`); a
+   speculative run is checked to reproduce the target's greedy tokens (`matches_greedy`);
+2. timing: `warmup` + `repeats` generations per run, the runs interleaved round-robin by the shared
+   benchmark harness so machine drift hits all alike; each generation records its step times;
+3. capture: one more generation under torch.profiler, inside a `measure` phase, its steps labelled
+   `prefill` / `decode N` (with `draft` / `verify` inside for speculative rounds).
+
+run.json then holds, besides the usual fields (model, variant, device, environment, "benchmark" = the
+latency of whole generations), `"llm"`: TTFT, TPOT median/p99, the inter-token latency distribution,
+tokens/s, KV-cache bytes measured from the cache tensors and predicted by `kv_cache_bytes`, peak memory
+(the generation's own allocations: cache and activations, not the weights), numerics and, for
+speculative runs, acceptance rate and speedup over the greedy run of the same point; and
+`"generation"`: every timed generation's step times, so views can redraw them.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import tempfile
+import traceback
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workbench.analysis.breakdown import phase_window
+from workbench.backends.benchmark import LatencyStats, WallClockTimer, Workload, run_benchmark
+from workbench.backends.devices import resolve_device, synchronize
+from workbench.capture import ProfileSettings, TorchProfilerSession, attach_flops, environment, phase
+from workbench.errors import WorkbenchError
+from workbench.experiment import NullProgress, Progress, model_info, torch_threads
+from workbench.llm.generate import Generation, generate
+from workbench.llm.kv_cache import KV_DTYPES, kv_cache_bytes
+from workbench.llm.metrics import StepTimes, llm_metrics, peak_allocated_bytes
+from workbench.llm.numerics import cache_numerics, token_agreement, vs_recompute
+from workbench.llm.speculative import SpeculativeGeneration, first_layers_draft, speculative_generate
+from workbench.models import LoadedModel, load_model
+from workbench.models.tiny_gpt import ATTENTION_KINDS, TinyGPT, attention_kind
+from workbench.paths import traces_root
+from workbench.trace import Trace, read_trace
+from workbench.trace.bundle import new_run_id, utc_now, write_bundle
+from workbench.trace.experiment import write_experiment
+
+GREEDY, SPECULATIVE = "greedy", "speculative"
+SWEPT = ("batch", "prompt", "new")
+"""Settings that name a run's variant only when the sweep has more than one value of them."""
+
+
+def _positive_ints(name: str, values: tuple[int, ...]) -> None:
+    if not values:
+        raise WorkbenchError(f"generate: {name} needs at least one value")
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise WorkbenchError(f"generate: {name} values must be integers >= 1, got {value!r}")
+
+
+@dataclass(frozen=True)
+class GenerateSettings:
+    """What to generate. Each of attention, kv, batch, prompt and new is a tuple of values to sweep;
+    attention None keeps the model config's own (mha unless overridden); with a kind given, a kv_heads
+    override applies to gqa only. `speculative` k > 0 adds a
+    speculative run (draft: the target's first `draft_layers` layers) beside each greedy one (batch 1
+    only). `warmup` and `repeats` count untimed and timed generations per run; `profile_settings` gives
+    the profiler's recording options (its step counts are not used: one generation is captured).
+    `threads` sets torch's intra-op threads (restored after); `model_overrides` go to `load_model`."""
+
+    model: str = "tiny-gpt"
+    attention: tuple[str | None, ...] = (None,)
+    kv: tuple[str, ...] = ("fp32",)
+    batch: tuple[int, ...] = (1,)
+    prompt: tuple[int, ...] = (128,)
+    new: tuple[int, ...] = (64,)
+    speculative: int = 0
+    draft_layers: int = 1
+    device: str = "cpu"
+    warmup: int = 1
+    repeats: int = 5
+    profile: bool = True
+    profile_settings: ProfileSettings = field(default_factory=ProfileSettings)
+    threads: int | None = None
+    model_overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for key in ("attention", "kv", "batch", "prompt", "new"):
+            values = tuple(getattr(self, key))
+            object.__setattr__(self, key, values)
+            repeated = sorted({str(v) for v in values if values.count(v) > 1})
+            if repeated:
+                raise WorkbenchError(f"generate: {key} value(s) listed more than once: {', '.join(repeated)}")
+        object.__setattr__(self, "model_overrides", dict(self.model_overrides))
+        if not self.attention or not self.kv:
+            raise WorkbenchError("generate: attention and kv need at least one value each")
+        for value in self.attention:
+            if value is not None and value not in ATTENTION_KINDS:
+                raise WorkbenchError(f"generate: unknown attention {value!r}; valid: {', '.join(ATTENTION_KINDS)}")
+        for value in self.kv:
+            if value not in KV_DTYPES:
+                raise WorkbenchError(f"generate: unknown KV-cache dtype {value!r}; valid: {', '.join(KV_DTYPES)}")
+        for key in ("batch", "prompt", "new"):
+            _positive_ints(key, getattr(self, key))
+        for key, minimum in (("speculative", 0), ("draft_layers", 1), ("warmup", 0), ("repeats", 1)):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise WorkbenchError(f"generate: {key} must be an integer >= {minimum}, got {value!r}")
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or self.threads < 1):
+            raise WorkbenchError(f"generate: threads must be an integer >= 1, got {self.threads!r}")
+        if self.speculative and any(b != 1 for b in self.batch):
+            raise WorkbenchError("generate: speculative decoding runs one sequence at a time; use batch 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (for run.json and the experiment record)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run's configuration: attention (None: the model config's), KV format, sizes, decoding."""
+
+    attention: str | None
+    kv: str
+    batch: int
+    prompt: int
+    new: int
+    decoding: str = GREEDY
+
+    def name(self, attention: str, swept: frozenset[str], k: int) -> str:
+        """The variant name: attention and KV format, the swept sizes, `-specK` for speculative runs."""
+        parts = [attention, self.kv]
+        parts += [f"{key[0]}{getattr(self, key)}" for key in SWEPT if key in swept]
+        if self.decoding == SPECULATIVE:
+            parts.append(f"spec{k}")
+        return "-".join(parts)
+
+
+def generation_points(settings: GenerateSettings) -> list[Point]:
+    """The runs of a sweep, in order: the product of its values, greedy before speculative."""
+    decodings = (GREEDY, SPECULATIVE) if settings.speculative else (GREEDY,)
+    return [Point(a, kv, b, p, n, d) for a, kv, b, p, n, d in itertools.product(
+        settings.attention, settings.kv, settings.batch, settings.prompt, settings.new, decodings)]
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """One run's outcome: its bundle, status and the `llm` figures of its run.json."""
+
+    variant: str
+    run_id: str
+    path: Path
+    status: str
+    error: str | None = None
+    llm: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return {**asdict(self), "path": str(self.path)}
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """A sweep's experiment record (id and path) and one `GenerationResult` per run."""
+
+    experiment_id: str
+    path: Path
+    runs: tuple[GenerationResult, ...]
+
+    @property
+    def failed(self) -> list[GenerationResult]:
+        """The runs that failed."""
+        return [run for run in self.runs if run.status != "ok"]
+
+
+@dataclass
+class _Run:
+    """A run's state while the sweep goes on."""
+
+    point: Point
+    name: str
+    run_id: str
+    loaded: LoadedModel
+    model: TinyGPT
+    prompt: torch.Tensor
+    draft: TinyGPT | None = None
+    k: int = 0
+    numerics: dict[str, Any] = field(default_factory=dict)
+    times: list[StepTimes] = field(default_factory=list)
+    peak_bytes: int | None = None
+    proposed: int = 0
+    accepted: int = 0
+    kv_bytes: int | None = None
+    draft_kv_bytes: int | None = None
+    context: int | None = None
+    stats: LatencyStats | None = None
+    trace: Trace | None = None
+    raw: list[Path] = field(default_factory=list)
+    op_flops: dict[str, float] | None = None
+    phases_ms: dict[str, float] = field(default_factory=dict)
+    llm: dict[str, Any] | None = None
+    error: str | None = None
+    error_traceback: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def fail(self, stage: str, exc: BaseException) -> None:
+        detail = str(exc) if isinstance(exc, WorkbenchError) else f"{type(exc).__name__}: {exc}"
+        self.error = f"run {self.name} failed during {stage}: {detail}"
+        self.error_traceback = "".join(traceback.format_exception(exc))
+
+    def once(self) -> Generation | SpeculativeGeneration:
+        """One generation of this run's configuration (untimed by itself: it times its own steps)."""
+        p = self.point
+        if self.draft is not None:
+            return speculative_generate(self.model, self.draft, self.prompt, p.new, self.k, kv_dtype=p.kv)
+        return generate(self.model, self.prompt, p.new, kv_dtype=p.kv)
+
+    def same_point(self, other: _Run) -> bool:
+        """Whether `other` runs the same attention, format and sizes (whatever its decoding)."""
+        a, b = self.point, other.point
+        return (a.attention, a.kv, a.batch, a.prompt, a.new) == (b.attention, b.kv, b.batch, b.prompt, b.new)
+
+
+class _WorkloadFailed(Exception):
+    def __init__(self, run: _Run, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.run, self.cause = run, cause
+
+
+def run_generation(settings: GenerateSettings | None = None, root: str | Path | None = None,
+                   progress: Progress | None = None) -> SweepResult:
+    """Run the sweep `settings` describes and write one bundle per run plus the experiment record under
+    `root` (see `workbench.paths.traces_root`). Bad settings raise WorkbenchError before anything is
+    written; a run that fails is written as a failed bundle and the others go on."""
+    settings = settings or GenerateSettings()
+    device = resolve_device(settings.device)
+    with torch_threads(settings.threads):
+        timings: dict[str, float] = {}
+        with phase("load", timings):
+            models = _load_models(settings, device)
+        sweep = _Sweep(settings, traces_root(root), progress or NullProgress(), models, device, timings)
+        return sweep.run()
+
+
+def _load_models(settings: GenerateSettings, device: torch.device) -> dict[str | None, tuple[LoadedModel, TinyGPT]]:
+    """The model of each attention value (loaded once) and its module on `device`; checks every point fits."""
+    models = {}
+    for attention in settings.attention:
+        overrides = dict(settings.model_overrides)
+        if attention is not None:
+            overrides["attention"] = attention
+            if attention != "gqa":  # a kv_heads override sets GQA's kv heads; the other kinds fix their own
+                overrides.pop("kv_heads", None)
+        loaded = load_model(settings.model, **overrides)
+        if loaded.source != "builtin" or not isinstance(loaded.module, TinyGPT):
+            raise WorkbenchError(f"generate: model {settings.model!r} is not tiny-gpt; generation runs the built-in "
+                                 "tiny-gpt (with --set overrides)")
+        module = loaded.module if device.type == "cpu" else copy.deepcopy(loaded.module).to(device)
+        longest = max(settings.prompt) + max(settings.new) - 1
+        if longest > module.max_seq:
+            raise WorkbenchError(f"generate: prompt {max(settings.prompt)} + new {max(settings.new)} - 1 positions "
+                                 f"exceed max_seq {module.max_seq} (raise it with --set max_seq=N)")
+        if settings.speculative and not 1 <= settings.draft_layers < len(module.blocks):
+            raise WorkbenchError(f"generate: draft layers must be in 1..{len(module.blocks) - 1} (the model has "
+                                 f"{len(module.blocks)} layers), got {settings.draft_layers}")
+        models[attention] = (loaded, module)
+    return models
+
+
+class _Sweep:
+    """The steps of `run_generation` once the models are loaded, and the state they share."""
+
+    def __init__(self, settings: GenerateSettings, root: Path, progress: Progress,
+                 models: dict[str | None, tuple[LoadedModel, TinyGPT]], device: torch.device,
+                 timings: dict[str, float]) -> None:
+        self.settings = settings
+        self.root = root
+        self.progress = progress
+        self.models = models
+        self.device = device
+        self.timings = timings
+        self.created = utc_now()
+        self.experiment_id = new_run_id(settings.model, "generate")
+        self.environment = environment(str(device))
+        self._references: dict[tuple[Any, ...], Generation] = {}
+        self._runs: list[_Run] = []
+
+    def run(self) -> SweepResult:
+        runs = self._runs = [self._new_run(point) for point in generation_points(self.settings)]
+        with phase("numerics", self.timings):
+            self._numerics(runs)
+        with phase("benchmark", self.timings):
+            self._benchmark([run for run in runs if run.ok])
+        self.progress.start("write", len(runs) + 1)
+        paths = {run.run_id: self._capture(run) for run in runs}
+        result = self._record(runs, paths)
+        self.progress.advance("write")
+        self.progress.finish("write")
+        return result
+
+    def _new_run(self, point: Point) -> _Run:
+        s = self.settings
+        loaded, module = self.models[point.attention]
+        swept = frozenset(key for key in SWEPT if len(getattr(s, key)) > 1)
+        name = point.name(attention_kind(loaded.config), swept, s.speculative)
+        (prompt,) = loaded.make_inputs(point.batch, point.prompt)
+        run = _Run(point, name, new_run_id(loaded.name, name), loaded, module, prompt.to(self.device))
+        if point.decoding == SPECULATIVE:
+            run.draft, run.k = first_layers_draft(module, s.draft_layers), s.speculative
+        return run
+
+    def _reference(self, run: _Run) -> Generation:
+        """The fp32-cache greedy run (logits kept) of `run`'s model and sizes, computed once."""
+        p = run.point
+        key = (p.attention, p.batch, p.prompt, p.new)
+        if key not in self._references:
+            self._references[key] = generate(run.model, run.prompt, p.new, kv_dtype="fp32", keep_logits=True)
+        return self._references[key]
+
+    def _numerics(self, runs: list[_Run]) -> None:
+        """Check each run's tokens and logits (see the module docstring); this also warms every run up."""
+        self.progress.start("numerics", len(runs))
+        for run in runs:
+            p = run.point
+            try:
+                if run.draft is None:
+                    own = generate(run.model, run.prompt, p.new, kv_dtype=p.kv, keep_logits=True)
+                    run.numerics["vs_recompute"] = vs_recompute(run.model, run.prompt, own)
+                    if p.kv != "fp32":
+                        run.numerics["vs_fp32_cache"] = cache_numerics(run.model, run.prompt, self._reference(run),
+                                                                       own, p.kv)
+                else:
+                    spec = run.once()
+                    greedy = generate(run.model, run.prompt, p.new, kv_dtype=p.kv)
+                    run.numerics["matches_greedy"] = token_agreement(greedy.tokens, spec.tokens)
+            except Exception as exc:
+                run.fail("numerics", exc)
+            self.progress.advance("numerics")
+        self.progress.finish("numerics")
+
+    def _benchmark(self, runs: list[_Run]) -> None:
+        """Time every run's generations, interleaved; a run that raises is failed and the others rerun."""
+        s = self.settings
+        while runs:
+            for run in runs:
+                run.times, run.peak_bytes, run.proposed, run.accepted = [], None, 0, 0
+            self.progress.start("benchmark", s.warmup + s.repeats)
+            workloads = {run.run_id: self._workload(run) for run in runs}
+            try:
+                stats = run_benchmark(workloads, warmup=s.warmup, iterations=s.repeats,
+                                      progress=lambda _phase, _done, _total: self.progress.advance("benchmark"))
+            except _WorkloadFailed as failure:
+                failure.run.fail("benchmark", failure.cause)
+                runs = [run for run in runs if run.ok]
+                continue
+            for run in runs:
+                run.stats = stats[run.run_id]
+                run.times = run.times[s.warmup:]
+            self.progress.finish("benchmark")
+            return
+
+    def _workload(self, run: _Run) -> Workload:
+        """One generation of `run` as a benchmark contender that records its steps, cache size, peak
+        memory (CUDA; on CPU the profiled capture measures it) and acceptance."""
+        cuda = self.device.type == "cuda"
+        warmup = self.settings.warmup
+
+        def call() -> None:
+            try:
+                if cuda:
+                    torch.cuda.reset_peak_memory_stats(self.device)
+                    before = torch.cuda.memory_allocated(self.device)
+                out = run.once()
+                if cuda:
+                    peak = torch.cuda.max_memory_allocated(self.device) - before
+                    run.peak_bytes = max(run.peak_bytes or 0, peak)
+            except Exception as exc:
+                raise _WorkloadFailed(run, exc) from exc
+            run.times.append(out.times)
+            run.kv_bytes = out.kv_cache_bytes
+            run.context = run.prompt.shape[1] + run.point.new - 1
+            if isinstance(out, SpeculativeGeneration):
+                run.draft_kv_bytes = out.draft_kv_cache_bytes
+                if len(run.times) > warmup:
+                    run.proposed += out.proposed
+                    run.accepted += out.accepted
+
+        p = run.point
+        return Workload(fn=call, items=p.batch, tokens=p.batch * p.new,
+                        timer=WallClockTimer(sync=lambda: synchronize(self.device)))
+
+    def _capture(self, run: _Run) -> Path:
+        """Profile one generation of `run` (when profiling and it has not failed), then write its bundle."""
+        if not (self.settings.profile and run.ok):
+            return self._write(run)
+        self.root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f".profile-{run.name}-", dir=self.root) as tmp:
+            try:
+                with phase(f"profile {run.name}", self.timings):
+                    session = TorchProfilerSession(tmp, run.name, self.settings.profile_settings,
+                                                   device_type=self.device.type)
+                    with session, phase("measure", run.phases_ms):
+                        run.once()
+                assert session.trace_path is not None
+                run.trace = attach_flops(read_trace(session.trace_path), session.op_flops)
+                run.raw, run.op_flops = list(session.raw_paths), session.op_flops
+            except Exception as exc:
+                run.fail("profiling", exc)
+                run.trace, run.raw = None, []
+            return self._write(run)
+
+    def _write(self, run: _Run) -> Path:
+        run.llm = self._llm_info(run)
+        with phase("write", self.timings):
+            path = write_bundle(self.root, run.run_id, self._info(run), run.trace, raw_files=run.raw, move_raw=True)
+        self.progress.advance("write")
+        return path
+
+    def _peak_bytes(self, run: _Run) -> tuple[int | None, str | None]:
+        """The generation's own peak allocation and where it was measured."""
+        if run.peak_bytes is not None:
+            return run.peak_bytes, "torch.cuda.max_memory_allocated"
+        if run.trace is not None:
+            peak = peak_allocated_bytes(run.trace, str(self.device), phase_window(run.trace, "measure"))
+            return peak, "profiler memory events" if peak is not None else None
+        return None, None
+
+    def _llm_info(self, run: _Run) -> dict[str, Any] | None:
+        """The "llm" object of run.json (None for a run that never got timed)."""
+        if not run.times:
+            return None
+        p, config = run.point, run.loaded.config
+        peak, peak_source = self._peak_bytes(run)
+        predicted = kv_cache_bytes(config, p.batch, run.context, p.kv) if run.context else None
+        info = llm_metrics(run.times, kv_cache_bytes=run.kv_bytes, kv_cache_bytes_predicted=predicted,
+                           peak_memory_bytes=peak)
+        info.update(peak_memory_source=peak_source, attention=attention_kind(config), kv=p.kv, context=run.context,
+                    prompt=p.prompt, new=p.new, decoding=p.decoding, numerics=run.numerics)
+        if run.draft is not None:
+            info["speculative"] = self._speculative_info(run)
+        return info
+
+    def _speculative_info(self, run: _Run) -> dict[str, Any]:
+        """Draft, k, acceptance over the timed runs, and the speedup over the same point's greedy run."""
+        greedy = next((r for r in self._runs if r.draft is None and r.stats is not None and r.same_point(run)), None)
+        stats = run.stats
+        return {
+            "k": self.settings.speculative,
+            "draft": f"first {self.settings.draft_layers} layer(s) of the target",
+            "draft_layers": self.settings.draft_layers,
+            "proposed": run.proposed,
+            "accepted": run.accepted,
+            "acceptance_rate": run.accepted / run.proposed if run.proposed else None,
+            "draft_kv_cache_bytes": run.draft_kv_bytes,
+            "greedy_run": greedy.run_id if greedy else None,
+            "speedup_vs_greedy": greedy.stats.p50 / stats.p50 if greedy and stats and stats.p50 > 0 else None,
+            "matches_greedy": (run.numerics.get("matches_greedy") or {}).get("identical"),
+        }
+
+    def _info(self, run: _Run) -> dict[str, Any]:
+        """The run.json fields of one run."""
+        s, p, loaded = self.settings, run.point, run.loaded
+        capture = {"profiler": "torch.profiler", "settings": s.profile_settings.to_dict()} if s.profile else None
+        return {
+            "status": "ok" if run.ok else "failed",
+            "error": run.error,
+            "traceback": run.error_traceback,
+            "experiment": self.experiment_id,
+            "kind": "generation",
+            "model": model_info(s.model, loaded),
+            "variant": {"name": run.name, "attention": attention_kind(loaded.config), "kv": p.kv,
+                        "decoding": p.decoding, "batch": p.batch, "prompt": p.prompt, "new": p.new,
+                        "device": str(self.device)},
+            "device": str(self.device),
+            "batch": p.batch,
+            "seq": p.prompt,
+            "items_per_call": p.batch,
+            "tokens_per_call": p.batch * p.new,
+            "environment": self.environment,
+            "benchmark": run.stats.to_dict() if run.stats else None,
+            "llm": run.llm,
+            "generation": {"settings": s.to_dict(), "timed": [t.to_dict() for t in run.times]},
+            "phases_ms": {"profiled": run.phases_ms or None},
+            "capture": capture,
+            "op_flops": run.op_flops,
+        }
+
+    def _record(self, runs: list[_Run], paths: Mapping[str, Path]) -> SweepResult:
+        with phase("write", self.timings):
+            info = {
+                "created": self.created,
+                "kind": "generation",
+                "model": runs[0].loaded.name,
+                "model_ref": self.settings.model,
+                "reference": runs[0].name,
+                "runs": [run.run_id for run in runs],
+                "variants": [run.name for run in runs],
+                "failed": [run.name for run in runs if not run.ok],
+                "settings": self.settings.to_dict(),
+                "environment": self.environment,
+                "phases_ms": self.timings,
+            }
+            path = write_experiment(self.root, self.experiment_id, info)
+        return SweepResult(self.experiment_id, path, tuple(
+            GenerationResult(run.name, run.run_id, paths[run.run_id], "ok" if run.ok else "failed", run.error,
+                             run.llm) for run in runs))
