@@ -49,6 +49,14 @@ def _errors() -> Iterator[None]:
         sys.exit(EXIT_INTERRUPTED)
 
 
+def _progress(as_json: bool, progress_json: bool) -> Any:
+    """Progress of a long command: JSON lines on stderr for programs (`--progress-json`), else rich bars
+    on stderr, which `--json` turns off."""
+    from workbench.progress import JsonProgress, RichProgress
+
+    return JsonProgress(sys.stderr) if progress_json else RichProgress(err, enabled=not as_json)
+
+
 def _print_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, default=str))
 
@@ -99,7 +107,6 @@ def capture(model: str, variants: str, batch: int, seq: int | None, device: str,
     """Benchmark and profile a model in several variants: one bundle per variant plus an experiment."""
     from workbench.capture.torch_profiler import ProfileSettings
     from workbench.experiment import ExperimentSettings, run_experiment
-    from workbench.progress import JsonProgress, RichProgress
 
     with _errors():
         settings = ExperimentSettings(
@@ -120,8 +127,7 @@ def capture(model: str, variants: str, batch: int, seq: int | None, device: str,
             launch_count=launch_count,
         )
         root = traces_root(out_dir)
-        shown = JsonProgress(sys.stderr) if progress_json else RichProgress(err, enabled=not as_json)
-        with shown as progress:
+        with _progress(as_json, progress_json) as progress:
             result = run_experiment(settings, root, progress=progress)
     runs = [r.to_dict() for r in result.runs]
     written = None
@@ -647,7 +653,6 @@ def generate(model: str, attention: tuple[str, ...] | None, kv: tuple[str, ...],
     bytes: one bundle per point of the sweep (attention × kv × batch × prompt × new) plus an experiment."""
     from workbench.capture.torch_profiler import ProfileSettings
     from workbench.llm.run import GenerateSettings, run_generation
-    from workbench.progress import JsonProgress, RichProgress
 
     with _errors():
         settings = GenerateSettings(
@@ -657,8 +662,7 @@ def generate(model: str, attention: tuple[str, ...] | None, kv: tuple[str, ...],
             model_overrides=_parse_overrides(overrides),
         )
         root = traces_root(out_dir)
-        shown = JsonProgress(sys.stderr) if progress_json else RichProgress(err, enabled=not as_json)
-        with shown as progress:
+        with _progress(as_json, progress_json) as progress:
             result = run_generation(settings, root, progress=progress)
     runs = [r.to_dict() for r in result.runs]
     written = None

@@ -139,14 +139,21 @@ class PreparedVariant:
 
         Also recorded as notes["first_call_s"].
         """
-        placed = self.place(inputs)
-        self.sync()
-        start = time.perf_counter()
-        self.run(placed)
-        self.sync()
-        elapsed = time.perf_counter() - start
-        self.notes["first_call_s"] = elapsed
-        return elapsed
+        return time_first_call(self, inputs)
+
+
+def time_first_call(prepared: Any, inputs: Sequence[Any]) -> float:
+    """Wall seconds of `prepared`'s first call on `inputs` (placed first, synchronized around), where
+    compiling variants compile; recorded as its notes["first_call_s"]. Shared by every kind of
+    prepared variant."""
+    placed = prepared.place(inputs)
+    prepared.sync()
+    start = time.perf_counter()
+    prepared.run(placed)
+    prepared.sync()
+    elapsed = time.perf_counter() - start
+    prepared.notes["first_call_s"] = elapsed
+    return elapsed
 
 
 def _compile(module: nn.Module, backend: str, mode: str | None, profile_cpu_kernels: bool) -> nn.Module:

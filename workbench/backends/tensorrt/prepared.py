@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-import time
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
@@ -155,14 +154,9 @@ class PreparedTrtVariant:
     def first_call(self, inputs: Sequence[torch.Tensor]) -> float:
         """Export, precision, build and one run; returns their wall seconds together, also kept as
         notes["first_call_s"] (the split is in notes["tensorrt"])."""
-        placed = self.place(inputs)
-        self.sync()
-        start = time.perf_counter()
-        self.run(placed)
-        self.sync()
-        elapsed = time.perf_counter() - start
-        self.notes["first_call_s"] = elapsed
-        return elapsed
+        from workbench.backends.prepare import time_first_call
+
+        return time_first_call(self, inputs)
 
     def profile_layers(self, inputs: Sequence[torch.Tensor], iterations: int = 10) -> LayerTimes:
         """Per-layer device times of `iterations` runs through TensorRT's IProfiler (builds first if
