@@ -1,29 +1,47 @@
 """Ingest benchmark: workbench's trace reader vs Holistic Trace Analysis vs plain `json.load`.
 
 Writes a synthetic PyTorch-profiler (Kineto) trace of N events (`synthetic_kineto.py`), then parses
-that one file with each parser, every run in a fresh subprocess so its peak RSS is its own:
+that one file with each parser, every run in a fresh subprocess so its memory is its own:
 
-- workbench: `workbench.trace.read_trace(path)`; rows are `trace.events.num_rows`;
+- workbench: `workbench.trace.read_trace(path)`, as a user calls it (a file this large is decoded
+  by worker processes, one per usable CPU); rows are `trace.events.num_rows`;
+- workbench-seq: `read_kineto(path, workers=1)`, the same reader decoding in its own process only;
+- workbench-par: `read_kineto(path, workers=N)` with N as `read_trace` would pick for a large file,
+  whatever the file's size (to find the size from which workers pay);
 - HTA: `hta.trace_analysis.TraceAnalysis(trace_dir=...)` with HTA's defaults, on a directory holding
   a link to the trace as rank 0 (HTA loads traces by directory); rows are HTA's rank-0 dataframe,
   after HTA's own filtering;
 - json.load: the file as a Python dict, no conversion; rows are `len(traceEvents)`.
 
 The parsers run round-robin (one run of each per round), so the machine's drift, which is large on a
-shared two-core box, hits them alike. Seconds are the parse call alone (no interpreter start or
-imports), the median of the runs;
+shared two-core box, hits them alike; the load average before and after is printed with the results.
+Seconds are the parse call alone (no interpreter start or imports: pandas, which pyarrow imports on
+its first array and HTA at its import, is imported before the clock starts), the median of the runs;
 events/s divide the file's N events by them, and "workbench vs X" is X's seconds over workbench's.
-Peak RSS is the child's `ru_maxrss` (the most of its runs), baseline its RSS after imports; MB are
-10^6 bytes. The file is freshly written, so every parser reads it from the page cache.
+
+Peak memory covers the parsing process and every process it starts (workbench's decoding workers):
+every 50 ms this process adds the parser's RSS and its descendants' USS (unique set size: the pages
+only that process holds), and the peak is the most of that and of the parser's own `ru_maxrss` (its
+exact RSS peak, which a sample can miss). Forked workers share the parser's pages, so summing RSS
+would count those pages once per process; USS counts each worker's own pages, and the shared ones
+once, in the parser's RSS. (Pages the workers still share after the parser changed its copy are in
+no one's USS; they exist only while the workers run, which ends before the parser's own peak, the
+assembly of the Trace.) The figure is the most of its runs; baseline is the parser's RSS after
+imports; MB are 10^6 bytes. The file is freshly written, so every parser reads it from the page cache.
 
     python benchmarks/ingest.py                      # 1,000,000 events, HTA included
     python benchmarks/ingest.py --events 200000 --skip-hta --json
+    python benchmarks/ingest.py --parsers workbench,workbench-seq --repeat 7   # workers vs none
+    python benchmarks/ingest.py --events 50000 --parsers workbench-seq,workbench-par
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
+import os
 import resource
 import shutil
 import statistics
@@ -34,25 +52,38 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 # Only the standard library at module level: the children import this file too, and whatever it
 # imports would count in their RSS. The parent's imports (rich, the generator) are in `main`.
 
-PARSERS = ("workbench", "hta", "json")
-LABELS = {"workbench": "workbench", "hta": "HTA", "json": "json.load"}
+PARSERS = ("workbench", "workbench-seq", "workbench-par", "hta", "json")
+DEFAULT_PARSERS = ("workbench", "workbench-seq", "hta", "json")
+LABELS = {"workbench": "workbench", "workbench-seq": "workbench, 1 process",
+          "workbench-par": "workbench, workers", "hta": "HTA", "json": "json.load"}
 SPEEDUP_VS_HTA = 20.0
 EVENTS_PER_S = 400_000
 RSS_OVER_FILE = 1.5
 MB = 1_000_000
+SAMPLE_S = 0.05
+"""Seconds between two samples of a run's memory (a sample costs about 1 ms of a CPU)."""
 
 
 # --- child: one parse in a fresh process ---------------------------------------------------------
 
 
-def _load_workbench() -> Callable[[str], int]:
-    from workbench.trace import read_trace
+def _load_workbench(workers: int | str | None = "auto") -> Callable[[str], int]:
+    """`read_trace` ("auto"), or `read_kineto` with that many decoding processes (None: as for a
+    large file)."""
+    import pandas  # noqa: F401 - pyarrow imports it on its first array: an import, not parsing
 
-    return lambda path: read_trace(path).events.num_rows
+    from workbench.trace import read_trace
+    from workbench.trace.kineto import MAX_WORKERS, read_kineto
+
+    if workers == "auto":
+        return lambda path: read_trace(path).events.num_rows
+    count = min(MAX_WORKERS, len(os.sched_getaffinity(0))) if workers is None else workers
+    return lambda path: read_kineto(path, workers=count).events.num_rows
 
 
 def _load_hta() -> Callable[[str], int]:
@@ -74,7 +105,8 @@ def _load_json() -> Callable[[str], int]:
 
 
 LOADERS: dict[str, Callable[[], Callable[[str], int]]] = {
-    "workbench": _load_workbench, "hta": _load_hta, "json": _load_json}
+    "workbench": _load_workbench, "workbench-seq": lambda: _load_workbench(1),
+    "workbench-par": lambda: _load_workbench(None), "hta": _load_hta, "json": _load_json}
 
 
 def _peak_rss() -> int:
@@ -96,8 +128,51 @@ def child(parser: str, path: str) -> int:
     start = time.perf_counter()
     rows = parse(path)
     seconds = time.perf_counter() - start
-    print(json.dumps({"seconds": seconds, "rows": rows, "baseline_rss": baseline, "peak_rss": _peak_rss()}))
+    print(json.dumps({"seconds": seconds, "rows": rows, "baseline_rss": baseline, "own_peak_rss": _peak_rss()}))
     return 0
+
+
+def _tree_memory(parser: Any, workers: list[Any]) -> tuple[int, int]:
+    """(the parser's RSS + its workers' USS, that USS) now; processes that have gone count 0."""
+    import psutil
+
+    rss = parser.memory_info().rss
+    uss = 0
+    for worker in workers:
+        try:
+            uss += worker.memory_full_info().uss
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            continue
+    return rss + uss, uss
+
+
+def watch(proc: subprocess.Popen, timeout: float | None) -> dict[str, int] | None:
+    """Sample the memory of `proc` and its descendants until it exits (see the module docstring):
+    {"tree_peak": bytes, "workers_peak_uss": bytes}; None if it ran past `timeout` (then killed)."""
+    import psutil
+
+    parser = psutil.Process(proc.pid)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    tree_peak = workers_peak = 0
+    workers: list[Any] = []
+    for sample in itertools.count():
+        if proc.poll() is not None:
+            break
+        try:
+            if sample < 10 or sample % 4 == 0:  # listing them scans /proc (a few ms): after the
+                workers = parser.children(recursive=True)  # first 0.5 s, when workers start, less often
+            tree, uss = _tree_memory(parser, workers)
+        except psutil.Error:  # the parser is exiting
+            continue
+        tree_peak, workers_peak = max(tree_peak, tree), max(workers_peak, uss)
+        if deadline is not None and time.monotonic() > deadline:
+            for p in [*parser.children(recursive=True), parser]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    p.kill()
+            proc.wait()
+            return None
+        time.sleep(SAMPLE_S)
+    return {"tree_peak": tree_peak, "workers_peak_uss": workers_peak}
 
 
 # --- parent: runs, results, report -----------------------------------------------------------------
@@ -120,19 +195,26 @@ class Result:
 
 
 def run_once(result: Result, path: Path, timeout: float | None) -> None:
-    """Parse `path` once more with `result.parser` in a fresh `python ingest.py --child` process."""
+    """Parse `path` once more with `result.parser` in a fresh `python ingest.py --child` process,
+    watching the memory of it and its workers."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", result.parser, str(path)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:  # no pipe to fill
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        memory = watch(proc, timeout)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if memory is None:
         result.error = f"timed out after {timeout:g} s"
         return
-    lines = proc.stdout.strip().splitlines()
+    lines = stdout.strip().splitlines()
     report = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
     if proc.returncode != 0 or "error" in report:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+        tail = "\n".join(stderr.strip().splitlines()[-15:])
         result.error = report.get("error") or f"exit code {proc.returncode}:\n{tail}"
         return
+    report["workers_peak_uss"] = memory["workers_peak_uss"]
+    report["peak_rss"] = max(report["own_peak_rss"], memory["tree_peak"])
     result.runs.append(report)
 
 
@@ -151,8 +233,9 @@ def run_interleaved(plan: dict[str, tuple[Path, int]], timeout: float | None,
                 log(f"{LABELS[name]} FAILED: {result.error}")
                 continue
             report = result.runs[-1]
+            workers = f" (workers' USS {report['workers_peak_uss'] / MB:,.0f} MB)" if report["workers_peak_uss"] else ""
             log(f"{LABELS[name]} run {round_ + 1}/{repeat}: {report['seconds']:.2f} s, "
-                f"peak RSS {report['peak_rss'] / MB:,.0f} MB")
+                f"peak memory {report['peak_rss'] / MB:,.0f} MB{workers}")
     return list(results.values())
 
 
@@ -166,7 +249,8 @@ def summarize(results: list[Result], events: int, file_bytes: int) -> dict:
             peak = max(run["peak_rss"] for run in r.runs)
             entry |= {"seconds": seconds, "events_per_s": events / seconds, "rows": r.runs[-1]["rows"],
                       "peak_rss_mb": peak / MB, "baseline_rss_mb": r.median("baseline_rss") / MB,
-                      "peak_rss_over_file": peak / file_bytes}
+                      "peak_rss_over_file": peak / file_bytes,
+                      "workers_peak_uss_mb": max(run["workers_peak_uss"] for run in r.runs) / MB}
         parsers[r.parser] = entry
     wb = parsers.get("workbench", {})
 
@@ -174,7 +258,8 @@ def summarize(results: list[Result], events: int, file_bytes: int) -> dict:
         theirs = parsers.get(other, {}).get("seconds")
         return theirs / wb["seconds"] if theirs and "seconds" in wb else None
 
-    ratios = {"workbench_vs_hta": speedup("hta"), "workbench_vs_json": speedup("json")}
+    ratios = {"workbench_vs_hta": speedup("hta"), "workbench_vs_json": speedup("json"),
+              "workbench_vs_workbench_seq": speedup("workbench-seq")}
 
     def check(name: str, value: float | None, ok: Callable[[float], bool], shown: str) -> dict:
         status = "N/A" if value is None else "PASS" if ok(value) else "FAIL"
@@ -199,20 +284,24 @@ def print_report(summary: dict, events: int, file_bytes: int) -> None:
 
     console = Console()
     table = Table(title=f"Parsing {events:,} Kineto events ({file_bytes / MB:,.1f} MB of JSON)")
-    for name in ("parser", "seconds", "events/s", "peak MB", "base MB", "peak/file", "rows"):
+    for name in ("parser", "seconds", "events/s", "peak MB", "workers MB", "base MB", "peak/file", "rows"):
         table.add_column(name, justify="left" if name == "parser" else "right")
     for p in summary["parsers"].values():
         if p["error"]:
-            table.add_row(p["label"], "[red]failed[/red]", *[""] * 5)
+            table.add_row(p["label"], "[red]failed[/red]", *[""] * 6)
             continue
         table.add_row(p["label"], f"{p['seconds']:.2f}", f"{p['events_per_s']:,.0f}",
-                      f"{p['peak_rss_mb']:,.0f}", f"{p['baseline_rss_mb']:,.0f}",
+                      f"{p['peak_rss_mb']:,.0f}", f"{p['workers_peak_uss_mb']:,.0f}", f"{p['baseline_rss_mb']:,.0f}",
                       f"{p['peak_rss_over_file']:.2f}x", f"{p['rows']:,}")
     console.print(table)
+    load = summary["load_average"]
+    console.print(f"load average (1 min) before {load['before']:.2f}, after {load['after']:.2f}, "
+                  f"on {load['cpus']} CPUs")
     for p in summary["parsers"].values():
         if p["error"]:
             console.print(f"[red]{p['label']} failed:[/red] {p['error']}", highlight=False)
-    for key, other in (("workbench_vs_hta", "HTA"), ("workbench_vs_json", "json.load")):
+    for key, other in (("workbench_vs_hta", "HTA"), ("workbench_vs_json", "json.load"),
+                       ("workbench_vs_workbench_seq", "workbench, 1 process")):
         ratio = summary["ratios"][key]
         if ratio is not None:
             console.print(f"workbench vs {other}: {ratio:.1f}x {'faster' if ratio >= 1 else 'slower'}"
@@ -229,9 +318,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="directory for the trace (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the trace afterwards")
     parser.add_argument("--seed", type=int, default=0, help="generator seed")
-    parser.add_argument("--repeat", type=int, default=3, help="runs of workbench and json.load (default 3)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each parser but HTA (default 3)")
     parser.add_argument("--hta-repeat", type=int, default=1, help="runs of HTA, which is slow (default 1)")
     parser.add_argument("--skip-hta", action="store_true", help="leave HTA out (quick runs)")
+    parser.add_argument("--parsers", default=",".join(DEFAULT_PARSERS),
+                        help=f"comma-separated parsers to run, of {', '.join(PARSERS)} "
+                             f"(default {','.join(DEFAULT_PARSERS)})")
     parser.add_argument("--timeout", type=float, default=3600,
                         help="seconds one parse may take (default 3600)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -241,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
         return child(*args.child)
     if min(args.repeat, args.hta_repeat) < 1:
         parser.error("--repeat and --hta-repeat must be at least 1")
+    chosen = [name.strip() for name in args.parsers.split(",") if name.strip()]
+    if unknown := sorted(set(chosen) - set(PARSERS)):
+        parser.error(f"unknown parsers {', '.join(unknown)}: choose from {', '.join(PARSERS)}")
 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -275,9 +370,12 @@ def main(argv: list[str] | None = None) -> int:
 
         plan = {name: (hta_dir / "rank0.pt.trace.json" if name == "hta" else path,
                        args.hta_repeat if name == "hta" else args.repeat)
-                for name in PARSERS if not (name == "hta" and args.skip_hta)}
+                for name in PARSERS if name in chosen and not (name == "hta" and args.skip_hta)}
+        load_before = os.getloadavg()[0]
         results = run_interleaved(plan, args.timeout, err.print)
         summary = summarize(results, args.events, file_bytes)
+        summary["load_average"] = {"before": load_before, "after": os.getloadavg()[0],
+                                   "cpus": len(os.sched_getaffinity(0))}
         if args.json:
             print(json.dumps({"events": args.events, "seed": args.seed, "file": str(path),
                               "file_bytes": file_bytes, "generation_s": generation_s, "counts": counts,

@@ -160,6 +160,16 @@ def test_many_chunks_equal_one_chunk(tmp_path, monkeypatch):
     pandas.testing.assert_frame_equal(chunked, whole)
 
 
+def test_wrong_cut_in_a_chunk_with_unknown_fields_is_retried(tmp_path, monkeypatch):
+    # `tts` sends a chunk to the loose decoder; `}, {` inside args makes cuts that must be retried
+    events = [{"ph": "X", "name": f"e{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1, "tts": i,
+               "args": {"frames": [{"f": 1}, {"f": 2}]}} for i in range(100)]
+    path = write_trace(tmp_path / "loose.json", events)
+    whole = read_trace(path).df()
+    monkeypatch.setattr(jsonstream, "BLOCK_BYTES", 512)
+    pandas.testing.assert_frame_equal(read_trace(path).df(), whole)
+
+
 def test_gzip_and_plain_read_the_same(small, tmp_path):
     gz = tmp_path / "small.json.gz"
     gz.write_bytes(gzip.compress(small.read_bytes()))

@@ -108,7 +108,7 @@ def test_memory_and_graph_viewer_for_the_module(exported: tuple[Path, dict[str, 
     hlo = (out / "graph_viewer" / f"{module}.hlo.txt").read_text()
     assert hlo.startswith("HloModule jit_scaled_tanh") and "ENTRY" in hlo and "tanh" in hlo
     assert (out / "graph_viewer" / f"{module}.dot").read_text().startswith("digraph")
-    assert index["graph_viewer"]["error"] is None and index["memory_viewer"]["modules_skipped"] == []
+    assert index["graph_viewer"]["error"] is None and module not in index["memory_viewer"]["modules_skipped"]
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="which tools are empty is measured on XLA:CPU")

@@ -200,18 +200,42 @@ def _fmt(value: Any, suffix: str = "") -> str:
 
 
 @main.command(name="import")
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("files", nargs=-1, required=False, type=click.Path(path_type=Path))
+@click.option("--ranks", "ranks_dir", type=click.Path(path_type=Path), default=None,
+              help="A folder of per-rank traces of one job (Kineto with distributedInfo, or one nsys export per "
+                   "process): one bundle per rank on a shared time axis, plus an experiment grouping them.")
 @_out_option
 @_json_option
-def import_(files: tuple[Path, ...], out_dir: Path | None, as_json: bool) -> None:
+def import_(files: tuple[Path, ...], ranks_dir: Path | None, out_dir: Path | None, as_json: bool) -> None:
     """Make bundles from traces captured elsewhere (Kineto/Chrome JSON, .json.gz); prints the run ids."""
     from workbench.imports import import_traces
 
+    if ranks_dir is not None:
+        _import_ranks(files, ranks_dir, out_dir, as_json)
+        return
+    if not files:
+        raise click.UsageError("give trace files to import, or --ranks FOLDER")
     with _errors(), err.status("reading traces", spinner="dots") if not as_json else _nothing():
         run_ids = import_traces(files, traces_root(out_dir))
     if as_json:
         _print_json(run_ids)
     else:
+        for run_id in run_ids:
+            click.echo(run_id)
+
+
+def _import_ranks(files: tuple[Path, ...], folder: Path, out_dir: Path | None, as_json: bool) -> None:
+    """`import --ranks FOLDER`: print the experiment id and the run id of each rank."""
+    from workbench.trace.multirank import import_ranks
+
+    if files:
+        raise click.UsageError("give either trace files or --ranks FOLDER, not both")
+    with _errors(), err.status("reading rank traces", spinner="dots") if not as_json else _nothing():
+        experiment_id, run_ids = import_ranks(folder, traces_root(out_dir))
+    if as_json:
+        _print_json({"experiment": experiment_id, "runs": run_ids})
+    else:
+        click.echo(f"experiment {experiment_id}")
         for run_id in run_ids:
             click.echo(run_id)
 

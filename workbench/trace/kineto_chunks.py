@@ -377,9 +377,13 @@ def _records_loose(text: bytes) -> tuple[list[Any], int]:
     Unknown top-level fields, values of unexpected types and unknown phases are kept in args. Empty
     records (`{}`, which JAX writes to close its trace) are not rows: they are counted and returned.
     """
+    try:
+        items = _decoders[Any].decode(text)
+    except msgspec.DecodeError as exc:  # the typed decoders stopped at a field before a wrong cut
+        raise ChunkDecodeError(str(exc)) from exc
     records = []
     empty = 0
-    for i, item in enumerate(_decoders[Any].decode(text)):
+    for i, item in enumerate(items):
         if not isinstance(item, dict):
             raise EventSchemaError(f"traceEvents[{i}] is {type(item).__name__}, not an object")
         if not item:
