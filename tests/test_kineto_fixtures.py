@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
+import re
 from collections import Counter, defaultdict
+from decimal import Decimal
 
 import numpy as np
 import pytest
@@ -158,3 +161,17 @@ def test_header_and_distributed_info_in_metadata():
     assert header["displayTimeUnit"] == "ns"
     assert header["distributedInfo"]["backend"] == "nccl"
     assert Counter(d["name"] for d in trace.metadata["devices"]) == {"Tesla V100-SXM2-32GB": 8}
+
+
+def test_nanosecond_timestamps_kept_exactly():
+    """Absolute epoch µs with three decimals (1.7e15) lose ns as float64; the reader keeps every one."""
+    path = fixture_path("kineto", "ns_resolution_rank0.pt.trace.json.gz")
+    trace = read_trace(path)
+    with gzip.open(path, "rt") as f:
+        written = [Decimal(ts) for ts in re.findall(r'"ts": *([0-9.]+)', f.read())]
+    origin_ns = int(min(written) * 1000)
+    assert trace.metadata["origin_ns"] == origin_ns
+    exact = {int(ts * 1000) - origin_ns for ts in written}
+    starts = set(trace.events["start_ns"].to_pylist())
+    assert starts <= exact
+    assert len({start % 250 for start in starts}) > 200  # float64 µs there only holds multiples of 250 ns

@@ -16,10 +16,11 @@ from conftest import fixture_path, write_trace
 from workbench.analysis.ranks import collective_overlap, rank_table
 from workbench.cli import main
 from workbench.errors import TraceFormatError
+from workbench.imports import import_ranks
 from workbench.trace import read_trace
 from workbench.trace.bundle import list_bundles, open_bundle
 from workbench.trace.experiment import list_experiments
-from workbench.trace.multirank import import_ranks, read_ranks
+from workbench.trace.multirank import read_ranks
 
 BASE_NS = 1_700_000_000_000_000_000
 """Job epoch (ns) of the synthetic traces; their `baseTimeNanoseconds` are this plus `DELTA_NS`."""

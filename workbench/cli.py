@@ -226,7 +226,7 @@ def import_(files: tuple[Path, ...], ranks_dir: Path | None, out_dir: Path | Non
 
 def _import_ranks(files: tuple[Path, ...], folder: Path, out_dir: Path | None, as_json: bool) -> None:
     """`import --ranks FOLDER`: print the experiment id and the run id of each rank."""
-    from workbench.trace.multirank import import_ranks
+    from workbench.imports import import_ranks
 
     if files:
         raise click.UsageError("give either trace files or --ranks FOLDER, not both")

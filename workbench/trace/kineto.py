@@ -148,6 +148,8 @@ class _Assembler:
         self.header = header
         self.skipped: Counter[str] = Counter()
         self.vendor = "cuda"
+        self.base_us = 0
+        """Whole µs every chunk's timestamps are relative to once `trace` has rebased them."""
 
     def _concat(self, key: str, missing: Any = None) -> Any:
         """One event column over all chunks, released from the chunks as it is taken.
@@ -167,6 +169,9 @@ class _Assembler:
 
     def trace(self) -> Trace:
         chunks = self.chunks
+        self.base_us = min((c.ts_base_us for c in chunks), default=0)
+        for chunk in chunks:
+            chunk.rebase(self.base_us)
         records = sum(c.records for c in chunks)
         self.skipped["flow events (links kept as correlation ids)"] = sum(c.flows for c in chunks)
         self.skipped["empty records ({})"] = sum(c.empty for c in chunks)
@@ -426,7 +431,7 @@ class _Assembler:
                     threads.setdefault(f"{pid}/{tid}", {})[name.removeprefix("thread_")] = value
         self.skipped["metadata records (kept in metadata processes/threads)"] += n_meta
         header = {k: v for k, v in self.header.items() if k != "deviceProperties"}
-        origin_ns = round(origin_us * 1000)
+        origin_ns = self.base_us * 1000 + round(origin_us * 1000)
         if isinstance(header.get("baseTimeNanoseconds"), int):
             origin_ns += header["baseTimeNanoseconds"]
         return {
