@@ -15,8 +15,8 @@ whose timestamps are already µs since the epoch) plus the earliest timestamp; n
 `utcEpochNs` plus the earliest start, which nsys gives from the session start. Both are UTC epoch
 ns, so each rank is shifted by its absolute origin minus the earliest one of all ranks: on the shared
 axis 0 is the first event of the job and events that happened at the same wall-clock time line up.
-Limit: this trusts the hosts' clocks. Ranks on one host share a clock and line up exactly (Kineto
-origins carry float µs rounding of ~0.1 µs on epoch-sized timestamps); ranks on several hosts are off
+Limit: this trusts the hosts' clocks. Ranks on one host share a clock and line up exactly (to the
+ns: the Kineto reader keeps epoch-sized timestamps exact); ranks on several hosts are off
 by their clock skew (NTP: typically 0.1-10 ms, more than a kernel). `align="collective"` corrects
 that skew: it then shifts each rank further so that the end of its first collective kernel (NCCL/RCCL,
 see `COLLECTIVE_KERNEL`) coincides with the lowest rank's, since a collective completes on all ranks
