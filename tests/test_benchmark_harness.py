@@ -8,7 +8,15 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from workbench.backends.benchmark import CudaEventTimer, LatencyStats, WallClockTimer, Workload, run_benchmark
+from workbench.backends.benchmark import (
+    CudaEventTimer,
+    LatencyStats,
+    WallClockTimer,
+    Workload,
+    WorkloadFailed,
+    benchmark_until_clean,
+    run_benchmark,
+)
 from workbench.errors import WorkbenchError
 
 
@@ -126,3 +134,53 @@ def test_no_workloads_is_an_error():
 def test_cuda_event_timer_measures_device_work():
     x = torch.randn(1024, 1024, device="cuda")
     assert CudaEventTimer().measure_ns(lambda: x @ x) > 0
+
+
+def _failing_after(calls: int, log: list[str], name: str) -> Workload:
+    """A workload that raises on its `calls + 1`-th call."""
+    done = []
+
+    def fn():
+        if len(done) == calls:
+            raise RuntimeError("device lost")
+        done.append(1)
+        log.append(name)
+
+    return Workload(fn=fn, timer=ScriptedTimer([1_000_000]))
+
+
+def test_a_raising_workload_is_named():
+    with pytest.raises(WorkloadFailed) as caught:
+        run_benchmark({"ok": _recording([], "ok"), "bad": _failing_after(3, [], "bad")}, warmup=1, iterations=5)
+    assert caught.value.name == "bad"
+    assert isinstance(caught.value.cause, RuntimeError)
+
+
+def test_until_clean_drops_the_failed_workload_and_starts_the_rest_over():
+    log: list[str] = []
+    failed: list[tuple[str, str]] = []
+    alive = {"a": True, "b": True, "c": True}
+    attempts = []
+
+    def make():
+        attempts.append(sorted(n for n, ok in alive.items() if ok))
+        log.clear()
+        return {n: (_failing_after(4, log, n) if n == "b" else _recording(log, n)) for n, ok in alive.items() if ok}
+
+    def on_failure(name, exc):
+        failed.append((name, str(exc)))
+        alive[name] = False
+
+    stats = benchmark_until_clean(make, on_failure, warmup=1, iterations=6)
+    assert failed == [("b", "device lost")]
+    assert attempts == [["a", "b", "c"], ["a", "c"]]
+    assert set(stats) == {"a", "c"}
+    assert all(s.iterations == 6 for s in stats.values())
+    assert log.count("a") == log.count("c") == 7  # the second attempt alone: 1 warm-up + 6 rounds
+
+
+def test_until_clean_with_every_workload_failed_returns_nothing():
+    alive = {"x": True}
+    stats = benchmark_until_clean(lambda: {"x": _failing_after(0, [], "x")} if alive["x"] else {},
+                                  lambda name, exc: alive.update({name: False}), warmup=0, iterations=2)
+    assert stats == {} and alive == {"x": False}

@@ -11,7 +11,7 @@ Importing the package loads nothing (no torch, jax, bokeh or pyarrow): the front
 
 from typing import Any
 
-__all__ = ["capture", "compare", "diff", "findings", "fusion", "idle", "roofline", "show", "show_diff"]
+__all__ = ["capture", "compare", "diff", "findings", "fusion", "fusion_detail", "idle", "roofline", "show", "show_diff"]
 
 
 def __getattr__(name: str) -> Any:

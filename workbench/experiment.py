@@ -11,6 +11,9 @@ run happens in a child process under `nsys`, whose SQLite export is the trace), 
 framework's trace, plus per-kernel metrics from a child process under `ncu` in a `kernel_metrics`
 table); see `workbench.capture.nsight`. A torch variant profiled on CUDA with memory profiling also
 gets the caching allocator's snapshot merged into its memory table (`workbench.trace.cuda_snapshot`).
+A TensorRT variant's IProfiler layer timings (taken after its measured iterations) are merged into its trace
+as `layer` events carrying the engine inspector's fusion facts, and its ONNX graphs and timing cache go to
+the bundle's compile/ beside the inspector's JSON.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import torch
 
 from workbench.analysis.fusion import OPTIMIZED_HLO
 from workbench.analysis.hlo_cost import attach_hlo_costs
+from workbench.analysis.trt_fusion import artifact_fusions
 from workbench.backends import (
     REFERENCE,
     LatencyStats,
@@ -37,8 +41,8 @@ from workbench.backends import (
     Workload,
     compare,
     get_variant,
-    run_benchmark,
 )
+from workbench.backends.benchmark import benchmark_until_clean
 from workbench.backends.devices import torch_supports
 from workbench.capture import (
     ProfiledRun,
@@ -66,6 +70,7 @@ from workbench.trace import Trace, read_trace
 from workbench.trace.bundle import new_run_id, utc_now, write_bundle
 from workbench.trace.cuda_snapshot import with_cuda_snapshot
 from workbench.trace.experiment import write_experiment
+from workbench.trace.trt_layers import merge_layer_times
 
 XPROF_DIR = "xprof"
 """Bundle folder of a JAX run's XProf tool data (trace viewer, memory viewer, graph viewer...)."""
@@ -230,15 +235,6 @@ class _VariantRun:
         self.prepared, self.placed = None, ()
 
 
-class _WorkloadFailed(Exception):
-    """Raised out of the benchmark when one variant's call raises, naming the variant."""
-
-    def __init__(self, run: _VariantRun, cause: Exception) -> None:
-        super().__init__(str(cause))
-        self.run = run
-        self.cause = cause
-
-
 @contextmanager
 def torch_threads(threads: int | None) -> Iterator[None]:
     """Run the block with `threads` intra-op threads (None: unchanged), restoring the count after."""
@@ -346,35 +342,26 @@ class _Experiment:
     def _benchmark(self, runs: list[_VariantRun]) -> None:
         """Time the prepared variants together; one that raises is failed and the others rerun."""
         s = self.settings
-        while runs:
+        by_name = {run.variant.name: run for run in runs}
+
+        def workloads() -> dict[str, Workload]:
             self.progress.start("benchmark", s.warmup + s.iterations)
-            workloads = {run.variant.name: self._workload(run) for run in runs}
-            try:
-                stats = run_benchmark(workloads, warmup=s.warmup, iterations=s.iterations,
+            return {name: self._workload(run) for name, run in by_name.items() if run.ok}
+
+        stats = benchmark_until_clean(workloads, lambda name, exc: by_name[name].fail("benchmark", exc),
+                                      warmup=s.warmup, iterations=s.iterations,
                                       progress=lambda _phase, _done, _total: self.progress.advance("benchmark"))
-            except _WorkloadFailed as failure:
-                failure.run.fail("benchmark", failure.cause)
-                runs = [run for run in runs if run.ok]
-                continue
-            for run in runs:
-                run.stats = stats[run.variant.name]
-                run.prepared, run.placed = None, ()  # free the module before the profiled copy is made
-            self.progress.finish("benchmark")
-            return
+        for name, run_stats in stats.items():
+            by_name[name].stats = run_stats
+            by_name[name].prepared, by_name[name].placed = None, ()  # freed before the profiled copy is made
+        self.progress.finish("benchmark")
 
     def _workload(self, run: _VariantRun) -> Workload:
-        """`run`'s prepared variant as a benchmark contender whose failures name the variant."""
+        """`run`'s prepared variant as a benchmark contender."""
         prepared, placed = run.prepared, run.placed
         assert prepared is not None  # only prepared variants are benchmarked
-
-        def call() -> None:
-            try:
-                prepared.run(placed)
-            except Exception as exc:
-                raise _WorkloadFailed(run, exc) from exc
-
         return Workload(
-            fn=call,
+            fn=lambda: prepared.run(placed),
             items=self.loaded.items(self.settings.batch, self.seq),
             tokens=self.loaded.tokens(self.settings.batch, self.seq),
             timer=prepared.timer(),
@@ -419,6 +406,10 @@ class _Experiment:
                 trace = attach_hlo_costs(trace, run.profiled.artifacts[OPTIMIZED_HLO])
                 run.xprof_dir = folder / XPROF_DIR
                 run.xprof = _xprof_tool_data(run.profiled.trace_path, run.xprof_dir)
+            if run.profiled.layer_times is not None:  # TensorRT: IProfiler runs, after the measured steps
+                device = run.profiled.notes.get("device", run.variant.device)
+                trace = merge_layer_times(trace, run.profiled.layer_times, device, engine=run.variant.name,
+                                          layers=artifact_fusions(run.profiled.artifacts))
             return trace
         except Exception as exc:
             run.fail("profiling", exc)
@@ -440,6 +431,9 @@ class _Experiment:
         texts = {f"compile/{name}": text for name, text in artifacts.items()}
         tools = run.xprof_dir
         folders = {XPROF_DIR: tools} if tools is not None and tools.is_dir() else {}
+        compiled = run.profiled.compile_dir if run.profiled else None  # TensorRT: ONNX graphs, timing cache
+        if compiled is not None and compiled.is_dir():
+            folders["compile"] = compiled
         with phase("write", self.timings):
             path = write_bundle(self.root, run.run_id, self._info(run), trace, raw_files=raw, move_raw=True,
                                 texts=texts, folders=folders, tables=run.tables if trace is not None else None)

@@ -1,6 +1,6 @@
 """The notebook front door: `wb.capture`, `wb.show`, `wb.compare`, `wb.show_diff` (the CLI's functions, placed
 inline) and each analysis as a function returning a DataFrame: `wb.roofline`, `wb.findings`, `wb.idle`,
-`wb.diff`, `wb.fusion`.
+`wb.diff`, `wb.fusion`, `wb.fusion_detail`.
 
 A run is named as everywhere: a run id (under `root`, default `$WORKBENCH_TRACES` or ./traces), a bundle
 path, a `Bundle`, or what `wb.capture` returned (a list of bundles; a one-run function takes a list of
@@ -128,6 +128,15 @@ def fusion(runs: RunRef | Sequence[RunRef], root: str | Path | None = None) -> p
     from workbench.analysis.fusion import fusion_inputs, fusion_table
 
     return fusion_table([fusion_inputs(bundle) for bundle in _bundles(runs, root)])
+
+
+def fusion_detail(run: RunRef | Sequence[RunRef], root: str | Path | None = None) -> pd.DataFrame:
+    """One run's fusions in detail: XLA's fusion instructions of a JAX run, or a TensorRT run's engine layers
+    with the ONNX nodes each fused, its tactic, precision and time (`workbench.analysis.fusion.fusion_detail`)."""
+    from workbench.analysis.fusion import fusion_detail as detail
+    from workbench.analysis.fusion import fusion_inputs
+
+    return detail(fusion_inputs(_one(run, root, "fusion_detail")))
 
 
 def show_diff(a: RunRef | Sequence[RunRef], b: RunRef | Sequence[RunRef], *, phase: str | None = "measure",

@@ -1,5 +1,7 @@
 """Fusion analysis: what XLA fused, read from optimized HLO text, and per variant the kernels, fusions and
-time per profiled step, so `jax-jit` sits beside `jax-nofusion` and torch `eager` beside `compile` in one table.
+time per profiled step, so `jax-jit` sits beside `jax-nofusion`, torch `eager` beside `compile` and the
+TensorRT variants (whose engine inspector JSON says what each layer fused, `workbench.analysis.trt_fusion`)
+beside both in one table.
 
 HLO side (pure text parsing, no jax): `hlo_fusions` lists the fusion instructions of the computations that
 run (the entry and the while bodies / conditional branches / called computations below it) with the ops
@@ -12,7 +14,8 @@ calls=%wrapped_tanh_computation`), also with every fusion pass disabled. Those c
 
 Trace side: `kernel_units` the events that are kernels (XLA ops,
 device kernels, or on a CPU torch trace the dispatched ops and inductor's generated kernels), and
-`fusion_table` turns per-variant `FusionInputs` into the experiments table.
+`fusion_table` turns per-variant `FusionInputs` into the experiments table; `fusion_detail` lists one run's
+fusions (XLA's fusion instructions, or TensorRT's layers with their times).
 """
 
 from __future__ import annotations
@@ -22,13 +25,23 @@ import re
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
 from workbench.analysis.compare import ELEMENTWISE_OPS, FUSED_NAME
-from workbench.analysis.steps import step_windows_of
+from workbench.analysis.steps import STEP_NAME, step_windows_of
+from workbench.analysis.trt_fusion import (
+    ENGINE_JSON,
+    ONNX_NODES,
+    layer_executions,
+    read_node_ops,
+    trt_fusions,
+    trt_layer_table,
+    trt_summary,
+)
 from workbench.errors import WorkbenchError
 from workbench.trace import Trace
 from workbench.trace.bundle import Bundle
@@ -256,36 +269,68 @@ def hlo_summary(hlo_text: str) -> dict[str, Any]:
     }
 
 
+FRAMEWORKS = ("jax", "torch", "tensorrt")
+"""`FusionInputs.framework` values: the run's variant backend."""
+
+
 @dataclass(frozen=True)
 class FusionInputs:
     """What `fusion_table` needs of one run: its variant and framework, and whichever of the optimized
-    HLO text, XLA's `compiled.cost_analysis()` and the profiled trace the run has."""
+    HLO text, XLA's `compiled.cost_analysis()`, TensorRT's engine inspector JSON (with the ONNX node →
+    op type map) and the profiled trace the run has."""
 
     variant: str
-    framework: Literal["jax", "torch"]
+    framework: Literal["jax", "torch", "tensorrt"]
     hlo_text: str | None = None
     cost_analysis: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None
     trace: Trace | None = None
+    engine_json: str | None = None
+    node_ops: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not self.variant:
             raise WorkbenchError("FusionInputs needs a variant name")
-        if self.framework not in ("jax", "torch"):
-            raise WorkbenchError(f"variant {self.variant}: framework must be 'jax' or 'torch', "
-                                 f"got {self.framework!r}")
+        if self.framework not in FRAMEWORKS:
+            raise WorkbenchError(f"variant {self.variant}: framework must be "
+                                 f"{' or '.join(map(repr, FRAMEWORKS))}, got {self.framework!r}")
 
 
 def fusion_inputs(bundle: Bundle) -> FusionInputs:
-    """What `fusion_table` needs, from a run bundle: its trace, and for a JAX run the optimized HLO
-    (`compile/optimized.hlo.txt`) and XLA's cost analysis (run.json `notes.xla`)."""
+    """What `fusion_table` needs, from a run bundle: its trace; for a JAX run the optimized HLO
+    (`compile/optimized.hlo.txt`) and XLA's cost analysis (run.json `notes.xla`); for a TensorRT run the
+    engine inspector's JSON (`compile/tensorrt_engine.json`) and the node map (`compile/onnx_nodes.json`)."""
     variant = bundle.info.get("variant") or {}
     name = str(variant.get("name") or bundle.run_id) if isinstance(variant, dict) else str(variant)
-    framework = "jax" if isinstance(variant, dict) and variant.get("backend") == "jax" else "torch"
-    hlo = bundle.path / "compile" / OPTIMIZED_HLO
+    backend = variant.get("backend") if isinstance(variant, dict) else None
+    framework = backend if backend in ("jax", "tensorrt") else "torch"
+    compile_dir = bundle.path / "compile"
     xla = ((bundle.info.get("notes") or {}).get("xla") or {})
-    return FusionInputs(variant=name, framework=framework,
-                        hlo_text=hlo.read_text(encoding="utf-8") if hlo.is_file() else None,
-                        cost_analysis=xla.get("cost_analysis"), trace=bundle.trace() if bundle.has_trace else None)
+    engine_json = node_ops = None
+    if framework == "tensorrt":
+        engine_json = _read_text(compile_dir / ENGINE_JSON)
+        nodes = compile_dir / ONNX_NODES
+        node_ops = read_node_ops(_read_text(nodes), f"run {bundle.run_id!r}: {nodes}")
+    return FusionInputs(variant=name, framework=framework, hlo_text=_read_text(compile_dir / OPTIMIZED_HLO),
+                        cost_analysis=xla.get("cost_analysis"), trace=bundle.trace() if bundle.has_trace else None,
+                        engine_json=engine_json, node_ops=node_ops)
+
+
+def _read_text(path: Path) -> str | None:
+    """The text of `path`, None when there is no such file."""
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def fusion_detail(run: FusionInputs) -> pd.DataFrame:
+    """One run's fusions in detail: for a JAX run `hlo_fusions` of its optimized HLO (one row per fusion
+    instruction); for a TensorRT run `trt_layer_table` (one row per engine layer: the ONNX nodes it fused,
+    type, tactic, precision, and its time from the trace's `layer` events). WorkbenchError for a run with
+    neither (torch's inductor leaves no fusion record: its fused kernels are in `kernel_units`)."""
+    if run.engine_json is not None:
+        return trt_layer_table(trt_fusions(run.engine_json, run.node_ops), run.trace)
+    if run.hlo_text is not None:
+        return hlo_fusions(run.hlo_text)
+    raise WorkbenchError(f"variant {run.variant}: no fusion record (neither XLA's optimized HLO nor TensorRT's "
+                         "engine inspector JSON); for a torch run see kernel_units(trace)")
 
 
 def fusion_table(runs: Sequence[FusionInputs]) -> pd.DataFrame:
@@ -302,6 +347,12 @@ def fusion_table(runs: Sequence[FusionInputs]) -> pd.DataFrame:
     kernels of a CPU torch trace that are `ELEMENTWISE_OPS` (what a fusing compiler removes). `bytes_accessed`
     and `flops` come from the cost analysis, else from the trace's per-event `bytes` / `flops` when it has
     any, else NaN.
+
+    A TensorRT run with its inspector JSON: `kernels` / `fusions` / `fused_ops` / `unfused_ops` are
+    `trt_summary`'s (compute layers of the engine; layers fusing several ONNX nodes; ...), per execution.
+    With IProfiler `layer` events in the trace, `kernel_ns` is the median over profiled executions of their
+    layers' summed time (`layer_executions`), and `step_ns` the measured steps' wall time when the trace has
+    step annotations, else the executions' median wall time.
     """
     rows = [_table_row(run) for run in runs]
     return pd.DataFrame(rows, columns=[*TABLE_COLUMNS])
@@ -383,10 +434,30 @@ def _table_row(run: FusionInputs) -> dict[str, Any]:
             row["elementwise_ops"] = _median_per_step(in_step, "elementwise", steps)
         for column, figure in (("flops", "flops"), ("bytes", "bytes_accessed")):
             row[figure] = _trace_total(events, units, windows, column)
+    if run.engine_json is not None:
+        row.update(_trt_figures(run))
     if run.cost_analysis is not None:
         cost = _cost(run)
         row.update(flops=_float(cost.get("flops")), bytes_accessed=_float(cost.get("bytes accessed")))
     return row
+
+
+def _trt_figures(run: FusionInputs) -> dict[str, Any]:
+    """The `fusion_table` figures of a TensorRT run from its inspector JSON and `layer` events (see there)."""
+    assert run.engine_json is not None
+    summary = trt_summary(trt_fusions(run.engine_json, run.node_ops))
+    figures: dict[str, Any] = {key: summary[key] for key in ("kernels", "fusions", "fused_ops", "unfused_ops")}
+    if run.trace is None:
+        return figures
+    events = run.trace.df()
+    executions = layer_executions(events)
+    if executions.empty:
+        return figures
+    figures["kernel_ns"] = float(executions["layer_ns"].median())
+    notes = events.loc[events["kind"].astype(str) == "annotation", "name"].astype(str)
+    if not notes.str.match(STEP_NAME).any():
+        figures.update(steps=len(executions), step_ns=float(executions["wall_ns"].median()))
+    return figures
 
 
 def _unit_kind(kind: np.ndarray) -> str:

@@ -17,6 +17,9 @@ whose parser reads the same files, and the TensorRT 10→11 migration guide):
   (TensorRT 10 expands Myelin regions into `kgen` / `gemm` layers named `__myl_...` and names their ONNX
   nodes only there). When present it is preferred to the name.
 
+A run's IProfiler `layer` events (`workbench.trace.trt_layers`) add time: `layer_executions` sums them per
+engine execution and `trt_layer_table` joins each layer's median time onto the fusion table.
+
 Pure functions: no TensorRT needed, so bundles captured on a GPU machine are analysed anywhere.
 """
 
@@ -28,9 +31,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from workbench.errors import WorkbenchError
+from workbench.trace import Trace
+
+ENGINE_JSON = "tensorrt_engine.json"
+"""The engine inspector's JSON in a TensorRT run's compile/ folder (`tensorrt.prepared.ARTIFACTS`)."""
+
+ONNX_NODES = "onnx_nodes.json"
+"""The prepared ONNX graph's node name → op type map in a TensorRT run's compile/ folder."""
+
+EXECUTION_COLUMNS = ("execution", "start_ns", "layers", "layer_ns", "wall_ns")
+TIME_COLUMNS = ("executions", "median_ns", "total_ns", "share")
+"""Columns `trt_layer_table` adds to `trt_fusions`' (see there)."""
 
 LAYER_COLUMNS = ("name", "type", "onnx_nodes", "fused_ops", "n_ops", "single_op", "source", "tactic",
                  "tactic_value", "precision", "input_dtypes", "output_dtypes", "input_dims", "inputs",
@@ -267,3 +282,79 @@ def trt_summary(fusions: pd.DataFrame) -> dict[str, Any]:
         "by_type": {str(k): int(v) for k, v in compute["type"].fillna("?").value_counts().items()},
         "by_precision": {str(k): int(v) for k, v in compute["precision"].fillna("?").value_counts().items()},
     }
+
+
+def read_node_ops(text: str | bytes | Mapping[str, Any] | None, source: str = ONNX_NODES) -> dict[str, str] | None:
+    """The ONNX node name → op type map (`onnx_nodes.json`, text or decoded); None for None. WorkbenchError
+    naming `source` when it is not a JSON object of strings."""
+    if text is None:
+        return None
+    if isinstance(text, (str, bytes)):
+        try:
+            text = json.loads(text)
+        except ValueError as exc:
+            raise WorkbenchError(f"{source}: not JSON: {exc}") from exc
+    if not isinstance(text, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in text.items()):
+        raise WorkbenchError(f"{source}: expected a JSON object of ONNX node name → op type strings")
+    return dict(text)
+
+
+def artifact_fusions(texts: Mapping[str, str]) -> pd.DataFrame | None:
+    """`trt_fusions` of a TensorRT run's compile texts (file name → text, as `PreparedTrtVariant.artifacts`
+    holds them): the inspector's JSON (`ENGINE_JSON`) read with the node map (`ONNX_NODES`) when there is
+    one; None when the texts have no inspector JSON (the engine was never built)."""
+    if ENGINE_JSON not in texts:
+        return None
+    return trt_fusions(texts[ENGINE_JSON], read_node_ops(texts.get(ONNX_NODES)))
+
+
+def layer_executions(trace: Trace | pd.DataFrame) -> pd.DataFrame:
+    """Per profiled engine execution (a `module` event with `layer` children), in time order:
+
+    | execution | start_ns | layers | layer_ns | wall_ns |
+
+    `layer_ns` sums its layers' times (the engine's device time, TensorRT's reformats included), `wall_ns`
+    is the execution's span (IProfiler runs are slowed by the per-layer timing). Empty without layers.
+    """
+    events = trace.df() if isinstance(trace, Trace) else trace
+    kind = events["kind"].astype(str).to_numpy()
+    layers = events[kind == "layer"]
+    parents = layers["parent"].to_numpy()
+    parents = parents[parents >= 0]
+    if not len(parents):
+        return pd.DataFrame(columns=list(EXECUTION_COLUMNS))
+    sums = layers[layers["parent"] >= 0].groupby("parent").agg(layers=("dur_ns", "size"), layer_ns=("dur_ns", "sum"))
+    modules = events.iloc[sums.index.to_numpy()]
+    table = pd.DataFrame({"start_ns": modules["start_ns"].to_numpy(), "layers": sums["layers"].to_numpy(),
+                          "layer_ns": sums["layer_ns"].to_numpy(), "wall_ns": modules["dur_ns"].to_numpy()})
+    table = table.sort_values("start_ns", kind="stable").reset_index(drop=True)
+    table.insert(0, "execution", range(len(table)))
+    return table
+
+
+def trt_layer_table(fusions: pd.DataFrame, trace: Trace | None = None) -> pd.DataFrame:
+    """The fusion table (`trt_fusions`) with each layer's time from the trace's `layer` events, matched by
+    name: `trt_fusions` columns, then
+
+    | executions | median_ns | total_ns | share |
+
+    `executions` is how many profiled executions reported the layer, `median_ns` its median time per
+    execution, `total_ns` the sum, `share` its part of all layers' time. NaN (0 executions) for a layer the
+    trace has no event of, or without a trace.
+    """
+    table = fusions.copy()
+    events = trace.df() if trace is not None else None
+    if events is None or not (events["kind"].astype(str) == "layer").any():
+        table["executions"] = 0
+        for column in TIME_COLUMNS[1:]:
+            table[column] = np.nan
+        return table
+    layers = events[events["kind"].astype(str) == "layer"].assign(name=lambda e: e["name"].astype(str))
+    per_name = layers.groupby("name")["dur_ns"].agg(executions="size", median_ns="median", total_ns="sum")
+    total = float(layers["dur_ns"].sum())
+    joined = table["name"].map(per_name["executions"])
+    table["executions"] = joined.fillna(0).astype(int)
+    table["median_ns"] = table["name"].map(per_name["median_ns"]).astype(float)
+    table["total_ns"] = table["name"].map(per_name["total_ns"]).astype(float)
+    table["share"] = table["total_ns"] / total if total > 0 else np.nan
+    return table

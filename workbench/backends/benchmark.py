@@ -135,6 +135,34 @@ class LatencyStats:
         return asdict(self)
 
 
+class WorkloadFailed(Exception):
+    """A workload's call raised during `run_benchmark`: `name` says which, `cause` is what it raised."""
+
+    def __init__(self, name: str, cause: Exception) -> None:
+        super().__init__(f"{name}: {cause}")
+        self.name, self.cause = name, cause
+
+
+def benchmark_until_clean(
+    make_workloads: Callable[[], Mapping[str, Workload]],
+    on_failure: Callable[[str, Exception], None],
+    *,
+    warmup: int = 5,
+    iterations: int = 30,
+    progress: ProgressCallback | None = None,
+) -> dict[str, LatencyStats]:
+    """`run_benchmark` over the workloads `make_workloads()` returns; when one raises, `on_failure(name,
+    exception)` is told and the benchmark starts over (warm-up included) on what `make_workloads()`
+    returns next, so the survivors' samples all come from rounds in which every contender ran. Returns
+    {} once `make_workloads()` returns none."""
+    while workloads := make_workloads():
+        try:
+            return run_benchmark(workloads, warmup=warmup, iterations=iterations, progress=progress)
+        except WorkloadFailed as failure:
+            on_failure(failure.name, failure.cause)
+    return {}
+
+
 def _rounds(
     workloads: Mapping[str, Workload], rounds: int, phase: str, progress: ProgressCallback | None
 ) -> dict[str, list[int]]:
@@ -144,7 +172,10 @@ def _rounds(
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
             workload = workloads[name]
-            samples[name].append(workload.timer.measure_ns(workload.fn))
+            try:
+                samples[name].append(workload.timer.measure_ns(workload.fn))
+            except Exception as exc:
+                raise WorkloadFailed(name, exc) from exc
         if progress is not None:
             progress(phase, r + 1, rounds)
     return samples
@@ -157,7 +188,8 @@ def run_benchmark(
     iterations: int = 30,
     progress: ProgressCallback | None = None,
 ) -> dict[str, LatencyStats]:
-    """Warm up every workload, then time `iterations` interleaved rounds; stats per workload name."""
+    """Warm up every workload, then time `iterations` interleaved rounds; stats per workload name.
+    A workload whose call raises stops the benchmark with `WorkloadFailed` naming it."""
     if not workloads:
         raise WorkbenchError("benchmark needs at least one workload")
     if warmup < 0 or iterations < 1:

@@ -10,10 +10,17 @@ Nsight Systems or Compute, a `CudaRangeSession` that only brackets the measured 
 compilation work is in the trace too. A torch variant on CUDA profiled with `profile_memory` also
 records the caching allocator's history and leaves its snapshot beside the trace (see
 `workbench.trace.cuda_snapshot`).
+
+A TensorRT variant profiled with the framework's profiler then gets a `layers` phase: as many runs as
+measured steps through TensorRT's IProfiler, which times each layer but slows the execution, so it comes
+after the profiler session has closed and never inside `measure`. Its timings (`LayerTimes`, also written
+beside the trace as `<variant>.trt_layers.json`) and the build's compile files (ONNX graphs, timing cache,
+moved out of the variant's temporary folder into `<variant>.compile/`) are kept on the `ProfiledRun`.
 """
 
 from __future__ import annotations
 
+import json
 import pickle
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from contextlib import ExitStack, contextmanager
@@ -31,9 +38,19 @@ from workbench.capture.phases import SETUP, phase, step_label
 from workbench.capture.torch_profiler import ProfileSettings, TorchProfilerSession
 from workbench.models import LoadedModel
 from workbench.trace.cuda_snapshot import SNAPSHOT_SUFFIX
+from workbench.trace.trt_layers import LayerTimes
 
 MEMORY_HISTORY_ENTRIES = 200_000
 """Most allocator events a CUDA memory history keeps (a ring buffer: the latest ones survive)."""
+
+LAYERS_PHASE = "layers"
+"""The phase of a TensorRT variant's IProfiler runs, after the profiled iterations."""
+
+LAYER_TIMES_SUFFIX = ".trt_layers.json"
+"""File of a TensorRT run's `LayerTimes.to_dict()`, beside the trace (it goes to the bundle's raw/)."""
+
+COMPILE_SUFFIX = ".compile"
+"""Folder of a TensorRT run's compile files beside the trace (it becomes the bundle's compile/)."""
 
 
 @dataclass(frozen=True)
@@ -42,8 +59,10 @@ class ProfiledRun:
     folder of a JAX variant), FLOP totals per op name (torch's `key_averages`), wall milliseconds per
     phase (profiler overhead included), the variant's preparation notes (quantization, autocast,
     kernel profiling, first-call time, XLA facts), the paths that belong in the bundle's raw/, the
-    compile-stage texts of a JAX variant (file name → text), and the CUDA memory snapshot (also in
-    `raw_paths`) when one was recorded."""
+    compile-stage texts of a JAX or TensorRT variant (file name → text), and the CUDA memory snapshot
+    (also in `raw_paths`) when one was recorded. A TensorRT variant adds its IProfiler `layer_times`
+    (their `to_dict()` JSON is in `raw_paths` too) and `compile_dir`, the folder holding its ONNX graphs
+    and timing cache."""
 
     trace_path: Path
     op_flops: dict[str, float]
@@ -52,6 +71,8 @@ class ProfiledRun:
     raw_paths: tuple[Path, ...] = ()
     artifacts: dict[str, str] = field(default_factory=dict)
     memory_snapshot: Path | None = None
+    layer_times: LayerTimes | None = None
+    compile_dir: Path | None = None
 
 
 def progress_units(settings: ProfileSettings) -> int:
@@ -94,7 +115,8 @@ def profile_variant(
     """Prepare `variant` afresh (with inductor kernel profiling, so generated kernels are named
     events) and run it under torch.profiler; the trace goes to `out_dir/<variant>.pt.trace.json`.
     `on_progress` is called after each setup phase and each iteration. `profiler` "nsys" or "ncu"
-    (in a process the tool launched) brackets only the measured iterations for the tool instead."""
+    (in a process the tool launched) brackets only the measured iterations for the tool instead.
+    A TensorRT variant under the framework's profiler also gets its `layers` phase (module docstring)."""
     settings = settings or ProfileSettings()
     tick = on_progress or _nothing
     timings: dict[str, float] = {}
@@ -128,8 +150,29 @@ def profile_variant(
                 tick()
     assert session.trace_path is not None  # a session closed without an exception has exported
     raw = (*session.raw_paths, snapshot) if snapshot is not None else session.raw_paths
+    layer_times = compile_dir = None
+    if variant.backend == "tensorrt" and profiler == FRAMEWORK:
+        layer_times, compile_dir, layers_json = _tensorrt_layers(prepared, placed, Path(out_dir), variant.name,
+                                                                 settings.active_steps, timings)
+        raw = (*raw, layers_json)
     return ProfiledRun(session.trace_path, session.op_flops, timings, dict(prepared.notes), raw,
-                       dict(getattr(prepared, "artifacts", {})), snapshot)
+                       dict(getattr(prepared, "artifacts", {})), snapshot, layer_times, compile_dir)
+
+
+def _tensorrt_layers(prepared: Any, placed: Sequence[Any], out_dir: Path, name: str, iterations: int,
+                     timings: dict[str, float]) -> tuple[LayerTimes, Path, Path]:
+    """The `layers` phase of a TensorRT variant, once its profiler session is closed: `iterations` IProfiler
+    runs (slower than the measured ones, hence outside them), their timings written to
+    `<name>.trt_layers.json`, and the compile files moved to `<name>.compile/` in `out_dir`."""
+    from workbench.backends.tensorrt.prepared import keep_compile_files
+
+    with phase(LAYERS_PHASE, timings):
+        times = prepared.profile_layers(placed, iterations=iterations)
+    path = out_dir / f"{name}{LAYER_TIMES_SUFFIX}"
+    path.write_text(json.dumps(times.to_dict()), encoding="utf-8")
+    compile_dir = out_dir / f"{name}{COMPILE_SUFFIX}"
+    keep_compile_files(prepared.compile_dir, compile_dir)
+    return times, compile_dir, path
 
 
 @contextmanager

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from workbench.analysis.breakdown import phase_window
-from workbench.backends.benchmark import LatencyStats, WallClockTimer, Workload, run_benchmark
+from workbench.backends.benchmark import LatencyStats, WallClockTimer, Workload, benchmark_until_clean
 from workbench.backends.devices import resolve_device, synchronize
 from workbench.capture import ProfileSettings, TorchProfilerSession, attach_flops, environment, phase
 from workbench.errors import WorkbenchError
@@ -231,12 +231,6 @@ class _Run:
         return (a.attention, a.kv, a.batch, a.prompt, a.new) == (b.attention, b.kv, b.batch, b.prompt, b.new)
 
 
-class _WorkloadFailed(Exception):
-    def __init__(self, run: _Run, cause: Exception) -> None:
-        super().__init__(str(cause))
-        self.run, self.cause = run, cause
-
-
 def run_generation(settings: GenerateSettings | None = None, root: str | Path | None = None,
                    progress: Progress | None = None) -> SweepResult:
     """Run the sweep `settings` describes and write one bundle per run plus the experiment record under
@@ -351,23 +345,21 @@ class _Sweep:
     def _benchmark(self, runs: list[_Run]) -> None:
         """Time every run's generations, interleaved; a run that raises is failed and the others rerun."""
         s = self.settings
-        while runs:
-            for run in runs:
-                run.times, run.peak_bytes, run.proposed, run.accepted = [], None, 0, 0
+        by_id = {run.run_id: run for run in runs}
+
+        def workloads() -> dict[str, Workload]:
             self.progress.start("benchmark", s.warmup + s.repeats)
-            workloads = {run.run_id: self._workload(run) for run in runs}
-            try:
-                stats = run_benchmark(workloads, warmup=s.warmup, iterations=s.repeats,
+            for run in by_id.values():
+                run.times, run.peak_bytes, run.proposed, run.accepted = [], None, 0, 0
+            return {run_id: self._workload(run) for run_id, run in by_id.items() if run.ok}
+
+        stats = benchmark_until_clean(workloads, lambda run_id, exc: by_id[run_id].fail("benchmark", exc),
+                                      warmup=s.warmup, iterations=s.repeats,
                                       progress=lambda _phase, _done, _total: self.progress.advance("benchmark"))
-            except _WorkloadFailed as failure:
-                failure.run.fail("benchmark", failure.cause)
-                runs = [run for run in runs if run.ok]
-                continue
-            for run in runs:
-                run.stats = stats[run.run_id]
-                run.times = run.times[s.warmup:]
-            self.progress.finish("benchmark")
-            return
+        for run_id, run_stats in stats.items():
+            by_id[run_id].stats = run_stats
+            by_id[run_id].times = by_id[run_id].times[s.warmup:]
+        self.progress.finish("benchmark")
 
     def _workload(self, run: _Run) -> Workload:
         """One generation of `run` as a benchmark contender that records its steps, cache size, peak
@@ -376,16 +368,13 @@ class _Sweep:
         warmup = self.settings.warmup
 
         def call() -> None:
-            try:
-                if cuda:
-                    torch.cuda.reset_peak_memory_stats(self.device)
-                    before = torch.cuda.memory_allocated(self.device)
-                out = run.once()
-                if cuda:
-                    peak = torch.cuda.max_memory_allocated(self.device) - before
-                    run.peak_bytes = max(run.peak_bytes or 0, peak)
-            except Exception as exc:
-                raise _WorkloadFailed(run, exc) from exc
+            if cuda:
+                torch.cuda.reset_peak_memory_stats(self.device)
+                before = torch.cuda.memory_allocated(self.device)
+            out = run.once()
+            if cuda:
+                peak = torch.cuda.max_memory_allocated(self.device) - before
+                run.peak_bytes = max(run.peak_bytes or 0, peak)
             run.times.append(out.times)
             run.kv_bytes = out.kv_cache_bytes
             run.context = run.prompt.shape[1] + run.point.new - 1

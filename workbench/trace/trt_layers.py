@@ -3,8 +3,10 @@
 TensorRT's `IProfiler.report_layer_time(layer_name, ms)` gives each layer's device time for one
 execution, in execution order, and nothing else: no start times. `LayerTimes` collects those reports
 per execution (the runtime calls `begin` before `execute_async_v3` and `end` after the stream is
-synchronized); `layer_trace` lays each execution's layers out back to back from the host time the
-execution began, under a `module` span for the execution, on the track `cuda:N/TensorRT layers`.
+synchronized, with `time.perf_counter_ns` host times, and notes the offset of that clock to the UTC epoch);
+`layer_trace` lays each execution's layers out back to back from the host time the execution began, under a
+`module` span for the execution, on the track `cuda:N/TensorRT layers`. `merge_layer_times` puts those
+events on the time axis of the run's profiler trace (Kineto times are UTC epoch based) and appends them.
 Starts are therefore synthesized (layer order and durations are TensorRT's, gaps between layers are
 not represented); every event's `args` says so. With a fusion table (`workbench.analysis.trt_fusion`)
 the layers also get their type, tactic, precision, fused ONNX nodes and input dims.
@@ -24,17 +26,22 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from workbench.errors import WorkbenchError
 from workbench.trace import schema
 from workbench.trace.columns import dict_array, encode_strings
 from workbench.trace.model import Trace
+from workbench.trace.multirank import absolute_origin_ns, shift_trace
 
 TRACK = "TensorRT layers"
 """Track suffix: events go to `<device>/TensorRT layers`."""
 
 FORMAT = "tensorrt-iprofiler"
 """`metadata["source"]["format"]` of a layer trace."""
+
+LAYERS_GAP_NS = 1_000_000
+"""Gap left between a trace's last event and layer events placed after it when their clock is unknown."""
 
 TIMING_NOTE = ("layer durations from TensorRT IProfiler.report_layer_time; starts laid out back to back "
                "from the host time of each execute_async_v3 call")
@@ -45,10 +52,13 @@ _DEVICE = re.compile(r"^cuda:(\d+)$")
 @dataclass
 class LayerTimes:
     """Per-execution layer reports: `executions` holds [start_ns, end_ns] host times (end -1 until
-    `end` is called), `layers` (execution index, layer name, milliseconds) in report order."""
+    `end` is called), `layers` (execution index, layer name, milliseconds) in report order.
+    `epoch_offset_ns` is UTC epoch ns minus the host clock of those times (`time.time_ns() -
+    time.perf_counter_ns()` when profiling began), None when unknown."""
 
     executions: list[list[int]] = field(default_factory=list)
     layers: list[tuple[int, str, float]] = field(default_factory=list)
+    epoch_offset_ns: int | None = None
 
     def begin(self, start_ns: int) -> None:
         """Start a new execution at host time `start_ns`."""
@@ -68,7 +78,7 @@ class LayerTimes:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (for the bundle's raw/ folder)."""
-        return {"format": FORMAT, "executions": self.executions,
+        return {"format": FORMAT, "executions": self.executions, "epoch_offset_ns": self.epoch_offset_ns,
                 "layers": [{"execution": e, "name": n, "ms": ms} for e, n, ms in self.layers]}
 
     @classmethod
@@ -77,13 +87,15 @@ class LayerTimes:
         try:
             executions = [[int(start), int(end)] for start, end in data["executions"]]
             layers = [(int(item["execution"]), str(item["name"]), float(item["ms"])) for item in data["layers"]]
-        except (KeyError, TypeError, ValueError) as exc:
+            offset = data.get("epoch_offset_ns")
+            offset = None if offset is None else int(offset)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise WorkbenchError(f"malformed TensorRT layer times: {type(exc).__name__}: {exc}") from exc
         bad = [e for e, _, _ in layers if not 0 <= e < len(executions)]
         if bad:
             raise WorkbenchError(f"TensorRT layer times refer to execution {bad[0]}, but only "
                                  f"{len(executions)} were recorded")
-        return cls(executions, layers)
+        return cls(executions, layers, offset)
 
     def total_ms(self) -> dict[str, float]:
         """Milliseconds per layer name summed over executions, slowest first."""
@@ -179,6 +191,39 @@ def layer_trace(times: LayerTimes, device: str = "cuda:0", *, engine: str = "Ten
             cursor += d
     return _trace(device, index, names, kinds, start, dur, parent, shapes, dtypes, args, origin, skipped,
                   len(times.executions))
+
+
+def merge_layer_times(trace: Trace, times: LayerTimes, device: str, *, engine: str = "TensorRT engine",
+                      layers: Any = None) -> Trace:
+    """`trace` (a run's profiler trace) with the `layer_trace` of `times` appended: its rows keep their
+    numbers, the layer trace's rows follow (their `parent` shifted to match).
+
+    Placement on `trace`'s time axis: with `times.epoch_offset_ns` where the executions happened (the trace
+    origin's absolute time is `absolute_origin_ns`; Kineto's clock is the UTC epoch), else starting
+    `LAYERS_GAP_NS` after the trace's last event. `metadata["tensorrt_layers"]` says which (`placement`
+    "clock" or "after trace"), with the layer trace's timing note, execution count and skipped reports.
+    """
+    extra = layer_trace(times, device, engine=engine, layers=layers, origin_ns=0)
+    if times.epoch_offset_ns is not None:
+        placement, shift = "clock", times.epoch_offset_ns - absolute_origin_ns(trace)
+    else:
+        events = trace.events
+        end = pc.max(pc.add(events["start_ns"], events["dur_ns"])).as_py() if events.num_rows else None
+        first = pc.min(extra.events["start_ns"]).as_py()
+        placement, shift = "after trace", (end or 0) + LAYERS_GAP_NS - first
+    extra = shift_trace(extra, shift)
+    rows = trace.events.num_rows
+    appended = extra.events
+    for column in ("parent", "launcher"):
+        values = appended[column]
+        shifted = pc.if_else(pc.greater_equal(values, 0), pc.add(values, rows), values)
+        appended = appended.set_column(appended.schema.get_field_index(column), column, shifted)
+    events = pa.concat_tables([trace.events, appended]).unify_dictionaries()
+    metadata = {**trace.metadata, "tensorrt_layers": {
+        "source": {"format": FORMAT}, "placement": placement, "shift_ns": shift, "timing": TIMING_NOTE,
+        "executions": extra.metadata["executions"], "events": appended.num_rows,
+        "skipped": extra.metadata["reader"]["skipped"]}}
+    return Trace(events=events, memory=trace.memory, counters=trace.counters, metadata=metadata)
 
 
 def _trace(device: str, index: int, names: list[str], kinds: list[str], start: list[int], dur: list[int],

@@ -57,9 +57,10 @@ def compare(bundles: Sequence[Bundle], reference: str = "eager", *, width: int =
     ]
     if traces:
         fusion = fusion_table([fusion_inputs(b) for b in bundles if b.has_trace])
-        parts.append(Paragraph(text="fusion, per profiled step: kernels (XLA ops, device kernels, or dispatched "
-                                    "ops and generated kernels on CPU), fusions, ops fused and left unfused, "
-                                    "kernel and step time, XLA's bytes accessed and FLOPs", width=width))
+        parts.append(Paragraph(text="fusion, per profiled step: kernels (XLA ops, device kernels, TensorRT engine "
+                                    "layers, or dispatched ops and generated kernels on CPU), fusions, ops fused "
+                                    "and left unfused, kernel and step time, XLA's bytes accessed and FLOPs",
+                               width=width))
         parts.append(data_table(fusion, [(c, c.replace("_", " "), None if c in ("variant", "framework") else "0,0.0")
                                          for c in fusion.columns], width=width, height=30 + 28 * len(fusion)))
         ops = op_comparison(traces).head(top_ops)

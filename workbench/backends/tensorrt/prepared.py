@@ -9,7 +9,8 @@ rows the numerics check runs on.
 
 Kept for the bundle: `artifacts` (texts for compile/: the engine inspector's JSON, the prepared graph's
 node → op type map, the precision summary) and `compile_dir` (the ONNX files and the timing cache, for
-compile/ too). They live in a temporary folder removed when the variant is garbage-collected or `close`d.
+compile/ too). They live in a temporary folder removed when the variant is garbage-collected or `close`d;
+`keep_compile_files` moves them out first.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ ARTIFACTS = {"engine": "tensorrt_engine.json", "nodes": "onnx_nodes.json", "prec
 """File names of the texts `artifacts` holds once the engine exists."""
 
 TIMING_CACHE = "timing.cache"
+
+CALIBRATION_SUFFIX = ".npz"
+"""ModelOpt's calibration inputs in the compile folder: made again from the model's seeded inputs, so not
+kept with the run."""
 
 
 def infer_seq(loaded: LoadedModel, inputs: Sequence[torch.Tensor]) -> int | None:
@@ -79,6 +84,21 @@ def calibration_inputs(loaded: LoadedModel, names: Sequence[str], batch: int, se
             raise WorkbenchError(f"model {loaded.name}: input {name} has no batch axis 0 to calibrate along")
         arrays[name] = tensor[batch:].detach().cpu().numpy()
     return arrays
+
+
+def keep_compile_files(compile_dir: Path, dest: Path) -> tuple[Path, ...]:
+    """Move what a TensorRT build leaves in `compile_dir` (the exported and the precision-converted ONNX
+    graphs with their external weight files, and the timing cache) into the folder `dest` (created), so
+    they outlive the variant's temporary folder and go into the bundle's compile/ (only there: not into
+    raw/ as well); calibration inputs stay behind. Returns the moved files' new paths, sorted."""
+    if not compile_dir.is_dir():
+        raise WorkbenchError(f"no TensorRT compile folder {compile_dir}: the engine was never built")
+    dest.mkdir(parents=True, exist_ok=True)
+    moved = []
+    for path in sorted(compile_dir.iterdir()):
+        if path.is_file() and path.suffix != CALIBRATION_SUFFIX:
+            moved.append(Path(shutil.move(path, dest / path.name)))
+    return tuple(moved)
 
 
 class PreparedTrtVariant:
@@ -160,7 +180,8 @@ class PreparedTrtVariant:
 
     def profile_layers(self, inputs: Sequence[torch.Tensor], iterations: int = 10) -> LayerTimes:
         """Per-layer device times of `iterations` runs through TensorRT's IProfiler (builds first if
-        needed); `workbench.trace.trt_layers.layer_trace` turns them into `layer` events."""
+        needed); `workbench.trace.trt_layers.layer_trace` turns them into `layer` events. The profiler slows
+        the execution (see `TrtEngine.profile`): call it after, never inside, the measured iterations."""
         placed = self.place(inputs)
         if self._engine is None:
             self.run(placed)
