@@ -95,8 +95,8 @@ def _step0(rank_trace) -> int:
     return int(events.loc[events["name"] == "ProfilerStep#0", "start_ns"].iloc[0])
 
 
-def _first_nccl_end(rank_trace) -> int:
-    events = rank_trace.trace.df()
+def _first_nccl_end(trace) -> int:
+    events = trace.df()
     nccl = events[events["name"].astype(str).str.startswith("nccl") & (events["kind"] == "kernel")]
     first = nccl.sort_values("start_ns").iloc[0]
     return int(first["start_ns"] + first["dur_ns"])
@@ -127,7 +127,7 @@ def test_clock_skew_kept_by_clock_and_corrected_by_collective_alignment(tmp_path
     by_clock = {r.rank: r for r in read_ranks(folder, workers=1)}
     assert _step0(by_clock[1]) - _step0(by_clock[0]) == SKEW_NS
     by_collective = {r.rank: r for r in read_ranks(folder, workers=1, align="collective")}
-    assert {_first_nccl_end(r) for r in by_collective.values()} == {_first_nccl_end(by_collective[0])}
+    assert {_first_nccl_end(r.trace) for r in by_collective.values()} == {_first_nccl_end(by_collective[0].trace)}
     assert by_collective[1].clock_correction_ns == -SKEW_NS
     assert {_step0(r) for r in by_collective.values()} == {_step0(by_collective[0])}
 
@@ -271,6 +271,24 @@ def test_cli_bad_file_names_it_and_writes_nothing(job: Path, tmp_path: Path) -> 
     with pytest.raises(TraceFormatError, match=r"rank9\.pt\.trace\.json"):
         import_ranks(job, root, workers=2)
     assert not root.exists() or (list_bundles(root) == [] and list_experiments(root) == [])
+
+
+def test_cli_collective_alignment_corrects_skew(tmp_path: Path) -> None:
+    folder = _write_job(tmp_path / "skewed", skew={1: SKEW_NS})
+    root = tmp_path / "traces"
+    result = CliRunner().invoke(main, ["import", "--ranks", str(folder), "--align", "collective", "--out", str(root),
+                                       "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    (experiment,) = list_experiments(root)
+    assert experiment.info["align"] == "collective"
+    ends = {_first_nccl_end(open_bundle(run_id, root).trace()) for run_id in out["runs"]}
+    assert len(ends) == 1
+
+
+def test_cli_align_needs_ranks(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["import", "x.json", "--align", "collective", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "--ranks" in result.output
 
 
 def test_cli_rejects_files_with_ranks(job: Path, tmp_path: Path) -> None:

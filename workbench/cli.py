@@ -204,15 +204,22 @@ def _fmt(value: Any, suffix: str = "") -> str:
 @click.option("--ranks", "ranks_dir", type=click.Path(path_type=Path), default=None,
               help="A folder of per-rank traces of one job (Kineto with distributedInfo, or one nsys export per "
                    "process): one bundle per rank on a shared time axis, plus an experiment grouping them.")
+@click.option("--align", type=click.Choice(["clock", "collective"]), default="clock", show_default=True,
+              help="With --ranks: put ranks on one axis by their hosts' clocks, or also line up the end of each "
+                   "rank's first NCCL/RCCL collective kernel (corrects clock skew between hosts).")
 @_out_option
 @_json_option
-def import_(files: tuple[Path, ...], ranks_dir: Path | None, out_dir: Path | None, as_json: bool) -> None:
-    """Make bundles from traces captured elsewhere (Kineto/Chrome JSON, .json.gz); prints the run ids."""
+def import_(files: tuple[Path, ...], ranks_dir: Path | None, align: str, out_dir: Path | None,
+            as_json: bool) -> None:
+    """Make bundles from traces captured elsewhere (Kineto/Chrome JSON or .json.gz, XSpace .xplane.pb or a
+    plugins/profile folder, Nsight Systems SQLite); prints the run ids."""
     from workbench.imports import import_traces
 
     if ranks_dir is not None:
-        _import_ranks(files, ranks_dir, out_dir, as_json)
+        _import_ranks(files, ranks_dir, align, out_dir, as_json)
         return
+    if align != "clock":
+        raise click.UsageError("--align applies to --ranks FOLDER")
     if not files:
         raise click.UsageError("give trace files to import, or --ranks FOLDER")
     with _errors(), err.status("reading traces", spinner="dots") if not as_json else _nothing():
@@ -224,14 +231,14 @@ def import_(files: tuple[Path, ...], ranks_dir: Path | None, out_dir: Path | Non
             click.echo(run_id)
 
 
-def _import_ranks(files: tuple[Path, ...], folder: Path, out_dir: Path | None, as_json: bool) -> None:
+def _import_ranks(files: tuple[Path, ...], folder: Path, align: str, out_dir: Path | None, as_json: bool) -> None:
     """`import --ranks FOLDER`: print the experiment id and the run id of each rank."""
     from workbench.imports import import_ranks
 
     if files:
         raise click.UsageError("give either trace files or --ranks FOLDER, not both")
     with _errors(), err.status("reading rank traces", spinner="dots") if not as_json else _nothing():
-        experiment_id, run_ids = import_ranks(folder, traces_root(out_dir))
+        experiment_id, run_ids = import_ranks(folder, traces_root(out_dir), align=align)
     if as_json:
         _print_json({"experiment": experiment_id, "runs": run_ids})
     else:
