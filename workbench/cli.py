@@ -444,14 +444,16 @@ def _print_analysis(result: dict[str, Any], top: int) -> None:
             for key, value in idle.items() if key in ("busy_ns", "idle_ns", "largest_gap_ns")})
     if result["roofline"]:
         roof = Table(title=f"roofline (top {top} by time)", title_justify="left")
-        for column in ("kind", "name", "calls", "ms", "FLOP/B", "achieved TFLOP/s", "GB/s", "bound", "of roof"):
-            roof.add_column(column, justify="left" if column in ("kind", "name", "bound") else "right",
+        for column in ("kind", "name", "calls", "ms", "FLOP/B", "achieved TFLOP/s", "GB/s", "bound", "of roof",
+                       "work from"):
+            roof.add_column(column, justify="left" if column in ("kind", "name", "bound", "work from") else "right",
                             no_wrap=True, overflow="ellipsis", max_width=60 if column == "name" else None)
         for row in result["roofline"][:top]:
             roof.add_row(row["kind"], row["name"], str(row["calls"]), _fmt(row["time_ns"] / 1e6),
                          _fmt(row["intensity"]), _fmt((row["achieved_flops_per_s"] or 0) / 1e12),
                          _fmt((row["achieved_bytes_per_s"] or 0) / 1e9), str(row["bound"]),
-                         "-" if row["fraction_of_roof"] is None else f"{row['fraction_of_roof']:.1%}")
+                         "-" if row["fraction_of_roof"] is None else f"{row['fraction_of_roof']:.1%}",
+                         row.get("source") or "-")
         out.print(roof)
 
 

@@ -15,7 +15,9 @@
 | `recompilation`       | torch.compile recompiles (compile ids `F/N`, N >= 1), XLA     | trace span              |
 |                       | functions compiled more than once                             |                         |
 | `memory_bound`        | roofline rows with `bound == "memory"` (only when a roofline  | the roofline's time     |
-|                       | DataFrame is given)                                           |                         |
+|                       | DataFrame is given); its kernel rows alone when Nsight Compute| (its kernels' time)     |
+|                       | measured some (`source` "ncu…"): measured DRAM traffic, not   |                         |
+|                       | the shape estimates of the ops above them                     |                         |
 
 A device's span is its first to last work (or the window); the trace span is the window or the
 wall time of all events. `time_share` is the fraction of that span the finding's events take, in
@@ -172,7 +174,8 @@ def find_bottlenecks(trace: Trace, roofline: pd.DataFrame | None = None, *, wind
     """Ranked findings (largest time_share first) over `trace`, inside `window` (ns) when given.
 
     Memory-bound findings need `roofline`, a per-op roofline DataFrame with `name`, a time column
-    (`time_ns`, `device_ns`, `total_ns` or `dur_ns`) and `bound` ("compute" | "memory" | "latency").
+    (`time_ns`, `device_ns`, `total_ns` or `dur_ns`) and `bound` ("compute" | "memory" | "latency"); with
+    `kind` and `source` columns and rows measured by Nsight Compute, only its kernel rows count.
     """
     ctx = _Context(trace, window, thresholds)
     detectors: list[Callable[[_Context], list[Finding]]] = [
@@ -210,17 +213,19 @@ def analyze(trace: Trace, roofline: pd.DataFrame | None = None) -> dict[str, Any
 
 def analyze_run(bundle: Bundle, device: str | None = None) -> dict[str, Any]:
     """`analyze` of a run bundle, with the roofline of its ops and kernels against its device
-    (`roofline.run_device_spec`: `device` overrides what the run recorded); adds "run" and "device"
-    (the spec's name, None when no device figures are known: then "roofline" is empty)."""
+    (`roofline.run_device_spec`: `device` overrides what the run recorded), its kernels' work from the
+    run's Nsight Compute metrics when it has them (`run_roofline`); adds "run" and "device" (the spec's
+    name, None when no device figures are known: then "roofline" is empty)."""
     spec, table = run_roofline(bundle, device)
     return {"run": bundle.run_id, "device": spec.name if spec else None, **analyze(bundle.trace(), table)}
 
 
 def run_roofline(bundle: Bundle, device: str | None = None) -> tuple[DeviceSpec | None, pd.DataFrame | None]:
     """The device spec of a run (`roofline.run_device_spec`) and the roofline of its work on it: XLA ops
-    for an XLA trace (its host `op` events are the runtime's dispatch and buffers), else ops and kernels;
-    the run's precision is the dtype of work whose dtype the trace does not say. (None, None) when no
-    device figures are known."""
+    for an XLA trace (its host `op` events are the runtime's dispatch and buffers), else ops and kernels,
+    the kernels Nsight Compute profiled with its counters (the bundle's `kernel_metrics` table); the run's
+    precision is the dtype of work whose dtype the trace does not say. (None, None) when no device figures
+    are known."""
     trace = bundle.trace()
     spec = run_device_spec(bundle.info, trace, device)
     if spec is None:
@@ -228,7 +233,8 @@ def run_roofline(bundle: Bundle, device: str | None = None) -> tuple[DeviceSpec 
     variant = bundle.info.get("variant")
     precision = variant.get("precision") if isinstance(variant, dict) else None
     kinds = ("hlo",) if pc.any(pc.equal(trace.events["kind"], "hlo")).as_py() else ("op", "kernel")
-    return spec, roofline(trace, spec, kinds=kinds, default_dtype=precision if precision in DTYPES else None)
+    return spec, roofline(trace, spec, kinds=kinds, default_dtype=precision if precision in DTYPES else None,
+                          kernel_metrics=bundle.table("kernel_metrics"))
 
 
 # -- detectors --------------------------------------------------------------------------------------
@@ -609,25 +615,41 @@ def _memory_bound(roofline: pd.DataFrame) -> list[Finding]:
     if time_column is None:
         raise WorkbenchError(f"roofline table has no time column (time_ns, device_ns, total_ns, dur_ns): "
                              f"{list(roofline.columns)}")
+    measured = _measured_by_ncu(roofline)
+    kernels_only = bool(measured.any()) and "kind" in roofline.columns
+    if kernels_only:
+        roofline, measured = roofline[roofline["kind"] == "kernel"], measured[roofline["kind"] == "kernel"]
     time = pd.to_numeric(roofline[time_column], errors="coerce").fillna(0)
-    memory = roofline[roofline["bound"] == "memory"].assign(_t=time)
+    is_memory = roofline["bound"] == "memory"
+    memory = roofline[is_memory].assign(_t=time[is_memory])  # a whole Series would fill an empty frame
     total = float(time.sum())
     if memory.empty or total <= 0:
         return []
     memory_ns = float(memory["_t"].sum())
-    extra = [c for c in ("arithmetic_intensity", "intensity", "bytes", "flops", "achieved_bandwidth") if c in memory]
+    extra = [c for c in ("arithmetic_intensity", "intensity", "bytes", "flops", "achieved_bandwidth",
+                         "achieved_bytes_per_s", "fraction_of_roof", "source") if c in memory]
     top = memory.sort_values("_t", ascending=False).head(5)
     share = memory_ns / total
     return [Finding(
         kind="memory_bound", time_share=_share(share),
         evidence={"ops": len(memory), "time_ns": int(memory_ns), "total_ns": int(total), "time_column": time_column,
+                  "ncu_measured": bool(measured.any()), "ncu_time_ns": int(memory.loc[measured[is_memory], "_t"].sum()),
                   "top": [{"name": r["name"], "time_ns": int(r["_t"]), **{c: r[c] for c in extra}}
                           for _, r in top.iterrows()]},
         suggestion="These ops move more bytes than they compute on: lower the precision of weights and activations "
                    "(bf16/fp16, int8 weight-only), and fuse them with their neighbours (torch.compile, XLA fusion) "
                    "so intermediates stay in registers instead of memory.",
-        title=f"{len(memory)} memory-bound ops take {share:.1%} of the roofline's time",
+        title=(f"{len(memory)} memory-bound kernels take {share:.1%} of the kernels' time" if kernels_only else
+               f"{len(memory)} memory-bound ops take {share:.1%} of the roofline's time")
+              + (" (DRAM traffic measured by Nsight Compute)" if measured.any() else ""),
     )]
+
+
+def _measured_by_ncu(roofline: pd.DataFrame) -> pd.Series:
+    """Which roofline rows have work Nsight Compute measured (their `source` names "ncu")."""
+    if "source" not in roofline.columns:
+        return pd.Series(False, index=roofline.index)
+    return roofline["source"].map(lambda s: isinstance(s, str) and "ncu" in s.split("+")).astype(bool)
 
 
 # -- helpers ----------------------------------------------------------------------------------------

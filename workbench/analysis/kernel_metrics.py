@@ -5,6 +5,10 @@ not the timeline's): they are matched by kernel name and order. The n-th launch 
 trace's measured region pairs with the n-th profiled launch of that kernel, since both runs bracket
 the same measured iterations (`measure` phase; ncu profiles from cudaProfilerStart). Names are
 compared with whitespace removed, as tools print template arguments with and without spaces.
+
+`measured_work` turns the joined rows into the work the roofline takes from Nsight Compute: FLOPs from
+the SASS and tensor-pipe counters (`workbench.trace.ncu`), DRAM bytes read plus written, and ncu's own
+kernel duration, measured in the same replay as the counters.
 """
 
 from __future__ import annotations
@@ -16,6 +20,13 @@ import pandas as pd
 import pyarrow as pa
 
 from workbench.trace import Trace
+
+DRAM_BYTES = "dram__bytes.sum"
+"""DRAM bytes read and written together: the metric of Nsight Compute's roofline sections, used when
+`dram__bytes_read.sum` and `dram__bytes_write.sum` were not both collected."""
+
+MEASURED_COLUMNS = ["flops", "bytes", "duration_ns", "dtype", "flops_complete"]
+"""Columns of `measured_work`."""
 
 MEASURE = "measure"
 """The phase (annotation) holding the measured iterations that ncu profiles."""
@@ -76,3 +87,37 @@ def join_kernel_metrics(trace: Trace, metrics: pa.Table | pd.DataFrame, phase: s
     joined = joined.drop(columns="_key")
     joined.attrs["unmatched"] = int(unmatched)
     return joined
+
+
+def measured_work(trace: Trace, metrics: pa.Table | pd.DataFrame, phase: str | None = MEASURE) -> pd.DataFrame:
+    """The work Nsight Compute measured for each trace kernel joined to a profiled launch
+    (`join_kernel_metrics`), indexed by the kernel's events row.
+
+    | (events row) | flops | bytes | duration_ns | dtype | flops_complete |
+
+    `flops` is ncu's `flops` (CUDA-core plus tensor-core FLOPs); `flops_complete` says a tensor-core counter
+    was collected: without one the count misses MMA work and is a lower bound. `bytes` is
+    `dram_bytes_read + dram_bytes_write` (else `dram__bytes.sum`), `duration_ns` ncu's
+    `gpu__time_duration.sum`, `dtype` the precision with the most FLOPs. NaN / None where not collected.
+    Tables written before `flops_tensor` existed count as incomplete.
+    """
+    joined = join_kernel_metrics(trace, metrics, phase)
+    joined = joined[joined["kernel"].notna()] if "kernel" in joined.columns else joined.iloc[:0]
+    n = len(joined)
+    read, write = (_floats(joined, column, n) for column in ("dram_bytes_read", "dram_bytes_write"))
+    moved = np.where(np.isnan(read) | np.isnan(write), _floats(joined, DRAM_BYTES, n), read + write)
+    dtype = joined["flops_dtype"] if "flops_dtype" in joined.columns else pd.Series([None] * n, dtype=object)
+    return pd.DataFrame({
+        "flops": _floats(joined, "flops", n),
+        "bytes": moved,
+        "duration_ns": _floats(joined, "duration_ns", n),
+        "dtype": dtype.astype(object).where(dtype.notna(), None).to_numpy(),
+        "flops_complete": ~np.isnan(_floats(joined, "flops_tensor", n)),
+    }, index=pd.Index(joined["row"].to_numpy(dtype=np.int64), name="row"))[MEASURED_COLUMNS]
+
+
+def _floats(frame: pd.DataFrame, column: str, n: int) -> np.ndarray:
+    """A numeric column as float64, NaN everywhere when the table lacks it."""
+    if column not in frame.columns:
+        return np.full(n, np.nan)
+    return pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)

@@ -1,12 +1,25 @@
 """Roofline analysis of a trace against a device, and projection of measured work onto another device.
 
-Work per event (`event_work`):
+Work per event (`event_work`), FLOPs and bytes each from the first source that has them, in this order
+of precedence (the `source` column names it: "ncu", "trace", "xla", "shapes"):
 
-- FLOPs and bytes the trace recorded win (torch.profiler FLOPs attached by capture, XSpace `flops` /
-  `bytes_accessed` on `hlo` events from XLA's cost analysis, Nsight Compute counters when imported);
-  what is missing comes from shapes and dtypes (`workbench.analysis.op_cost`).
-- A kernel with no work of its own inherits its launching op's shape-derived work, given to the longest
-  kernel that op call launched (a GEMM op's GEMM kernel, not its memset), so kernels get a roofline too.
+1. ncu: a kernel joined to a launch Nsight Compute profiled (the run's `kernel_metrics` table,
+   `workbench.analysis.kernel_metrics.measured_work`) takes its FLOPs from the SASS counters, as
+   Nsight Compute's roofline sections count them: `fadd + fmul + 2 * ffma` for fp32 (`d…` for fp64,
+   `h…` for fp16) plus the tensor pipe's work (`sm__ops_path_tensor_src_*`, else 512 ×
+   `sm__inst_executed_pipe_tensor`; see `workbench.trace.ncu`), and its bytes from DRAM
+   (`dram__bytes_read.sum + dram__bytes_write.sum`). Without a tensor counter the FLOP count misses MMA
+   work and is only a lower bound: a larger count from the sources below wins then. The kernel's dtype,
+   when the trace says none, is the precision with the most FLOPs;
+2. trace: FLOPs and bytes the trace recorded on the event (torch.profiler FLOPs attached by capture);
+3. xla: those recorded on `hlo` events, from XLA's cost analysis (XSpace `flops` / `bytes_accessed`,
+   or `workbench.analysis.hlo_cost`);
+4. shapes: estimated from shapes and dtypes (`workbench.analysis.op_cost`). A kernel with no work of its
+   own inherits its launching op's work (shape-derived, else recorded), given to the longest kernel that
+   op call launched (a GEMM op's GEMM kernel, not its memset), so kernels get a roofline too.
+
+`work_source` is the older, coarser provenance ("ncu", "trace" for recorded or XLA work, "shapes",
+"trace+shapes", "launcher" for work inherited from the launching op).
 
 Per (kind, name, dtype) over the steady-state window (`phase_window`, the whole trace without one)
 `roofline` reports time, work, arithmetic intensity, achieved FLOP/s and bytes/s, the ceiling of the
@@ -20,7 +33,10 @@ dtype (`DeviceSpec.peak`), the ridge point and the bound:
 - unknown: no work known and calls longer than `latency_ns`.
 
 `fraction_of_roof` is the roofline time max(FLOPs/peak, bytes/bandwidth) over the measured time of the
-calls whose work is known: 1 means the ceiling was reached. Memory-bound rows of small tensors can
+calls whose work is known: 1 means the ceiling was reached. The measured time of a call ncu profiled is
+ncu's `gpu__time_duration.sum`, taken in the same replay as its counters, for the achieved FLOP/s and
+bytes/s and for `fraction_of_roof`; `time_ns`, `mean_ns` and the latency rule keep the timeline's duration,
+the time the call took in the profiled run. Memory-bound rows of small tensors can
 exceed 1: the bandwidth ceiling is main memory's, and their data stays in cache. An op row's time is the device time it
 launched when it launched any (GPU), else its own duration, inclusive of nested ops (CPU), so a wrapper
 (aten::linear) and the op it calls (aten::addmm) appear as two rows with the same work.
@@ -28,13 +44,16 @@ launched when it launched any (GPU), else its own duration, inclusive of nested 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from workbench.analysis.breakdown import device_time_launched_ns, phase_window
+from workbench.analysis.kernel_metrics import measured_work
 from workbench.analysis.op_cost import event_costs
 from workbench.hardware.device import DeviceSpec
 from workbench.trace import Trace
@@ -45,84 +64,170 @@ launch on a GPU, a few framework dispatches on a CPU)."""
 
 ROOFLINE_COLUMNS = ("kind", "name", "dtype", "calls", "time_ns", "mean_ns", "flops", "bytes", "intensity",
                     "achieved_flops_per_s", "achieved_bytes_per_s", "peak_dtype", "peak_flops_per_s", "ridge_point",
-                    "roof_ns", "fraction_of_roof", "bound", "known_calls", "work_source")
+                    "roof_ns", "fraction_of_roof", "bound", "known_calls", "work_source", "source")
+ORIGINS = ("ncu", "trace", "xla", "shapes")
+"""Where FLOPs and bytes come from, in order of precedence (the module docstring)."""
 PROJECTION_COLUMNS = ("projected_device", "projected_peak_dtype", "projected_ns", "projected_bound",
                       "projected_speedup")
 
 
-def event_work(events: pd.DataFrame) -> pd.DataFrame:
+def event_work(events: pd.DataFrame, measured: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per row of a trace's whole events table (`launcher` refers to row numbers): the work the roofline
     uses and where it came from (see the module docstring).
 
-    | (index of events) | flops | bytes | dtype | work_source |
+    | (index of events) | flops | bytes | dtype | work_source | source | measured_ns |
 
-    `work_source` is "trace", "shapes", "trace+shapes" (FLOPs from one, bytes from the other),
-    "launcher" or None.
+    `measured` is Nsight Compute's work per kernel row (`kernel_metrics.measured_work`); `measured_ns` is
+    ncu's duration of the rows it covers (NaN elsewhere). `source` joins the origins of FLOPs and bytes
+    with "+" in the order of `ORIGINS` (e.g. "ncu+shapes"); `work_source` is "trace", "shapes",
+    "trace+shapes", "launcher", "ncu" or None.
     """
+    n = len(events)
     estimate = event_costs(events)
     recorded_flops = events["flops"].to_numpy(dtype=np.float64)
     recorded_bytes = events["bytes"].to_numpy(dtype=np.float64)
-    flops = np.where(np.isnan(recorded_flops), estimate["flops"].to_numpy(), recorded_flops)
-    moved = np.where(np.isnan(recorded_bytes), estimate["bytes"].to_numpy(), recorded_bytes)
+    estimated_flops = estimate["flops"].to_numpy(dtype=np.float64)
+    estimated_bytes = estimate["bytes"].to_numpy(dtype=np.float64)
+    flops = np.where(np.isnan(recorded_flops), estimated_flops, recorded_flops)
+    moved = np.where(np.isnan(recorded_bytes), estimated_bytes, recorded_bytes)
+    recorded = np.where((events["kind"] == "hlo").to_numpy(), "xla", "trace").astype(object)
+    origin_flops = _origin(recorded_flops, estimated_flops, recorded)
+    origin_bytes = _origin(recorded_bytes, estimated_bytes, recorded)
     from_trace = ~np.isnan(recorded_flops) | ~np.isnan(recorded_bytes)
-    from_shapes = (np.isnan(recorded_flops) & ~np.isnan(estimate["flops"].to_numpy())) | \
-                  (np.isnan(recorded_bytes) & ~np.isnan(estimate["bytes"].to_numpy()))
-    source = np.full(len(events), None, dtype=object)
+    from_shapes = (np.isnan(recorded_flops) & ~np.isnan(estimated_flops)) | \
+                  (np.isnan(recorded_bytes) & ~np.isnan(estimated_bytes))
+    source = np.full(n, None, dtype=object)
     source[from_trace] = "trace"
     source[from_shapes] = "shapes"
     source[from_trace & from_shapes] = "trace+shapes"
     dtype = estimate["dtype"].to_numpy(dtype=object).copy()
-    _attribute_to_kernels(events, estimate, flops, moved, dtype, source)
-    return pd.DataFrame({"flops": flops, "bytes": moved, "dtype": pd.Series(dtype, dtype=object, index=events.index),
-                         "work_source": pd.Series(source, dtype=object, index=events.index)}, index=events.index)
+    work = _Work(flops, moved, dtype, source, origin_flops, origin_bytes, np.full(n, np.nan))
+    _attribute_to_kernels(events, estimate, recorded, work)
+    if measured is not None and len(measured):
+        _take_measured(events, measured, work)
+    return pd.DataFrame({"flops": work.flops, "bytes": work.moved,
+                         "dtype": pd.Series(work.dtype, dtype=object, index=events.index),
+                         "work_source": pd.Series(work.source, dtype=object, index=events.index),
+                         "source": pd.Series(_joined_origins(work.origin_flops, work.origin_bytes), dtype=object,
+                                             index=events.index),
+                         "measured_ns": work.measured_ns}, index=events.index)
 
 
-def _attribute_to_kernels(events: pd.DataFrame, estimate: pd.DataFrame, flops: np.ndarray, moved: np.ndarray,
-                          dtype: np.ndarray, source: np.ndarray) -> None:
+@dataclass
+class _Work:
+    """Per-event work arrays that `event_work` fills in stages (positions, not index labels)."""
+
+    flops: np.ndarray
+    moved: np.ndarray
+    dtype: np.ndarray
+    source: np.ndarray
+    origin_flops: np.ndarray
+    origin_bytes: np.ndarray
+    measured_ns: np.ndarray
+
+
+def _origin(recorded: np.ndarray, estimated: np.ndarray, recorded_origin: np.ndarray) -> np.ndarray:
+    """Where each value came from: the recorded origin ("trace" / "xla"), "shapes", or None."""
+    return np.where(~np.isnan(recorded), recorded_origin, np.where(~np.isnan(estimated), "shapes", None)).astype(object)
+
+
+def _attribute_to_kernels(events: pd.DataFrame, estimate: pd.DataFrame, recorded: np.ndarray, work: _Work) -> None:
     """Give each launching op call's work to the longest device kernel it launched that has none."""
     launcher = events["launcher"].to_numpy()
     kernels = np.flatnonzero((events["kind"] == "kernel").to_numpy() & (launcher >= 0))
     if kernels.size == 0:
         return
+    dtype = work.dtype
     dtype[kernels] = np.where(pd.isna(dtype[kernels]), dtype[launcher[kernels]], dtype[kernels])
-    blank = kernels[np.isnan(flops[kernels]) & np.isnan(moved[kernels])]
+    blank = kernels[np.isnan(work.flops[kernels]) & np.isnan(work.moved[kernels])]
     if blank.size == 0:
         return
     durations = pd.Series(events["dur_ns"].to_numpy()[blank], index=blank)
     longest = durations.groupby(launcher[blank]).idxmax().to_numpy()
     ops = launcher[longest]
     # the op's own shape estimate, else what the trace recorded for it (a per-name average for torch FLOPs)
-    op_flops = estimate["flops"].to_numpy()[ops]
-    op_bytes = estimate["bytes"].to_numpy()[ops]
-    op_flops = np.where(np.isnan(op_flops), events["flops"].to_numpy(dtype=np.float64)[ops], op_flops)
-    op_bytes = np.where(np.isnan(op_bytes), events["bytes"].to_numpy(dtype=np.float64)[ops], op_bytes)
-    flops[longest], moved[longest] = op_flops, op_bytes
+    estimated_flops = estimate["flops"].to_numpy()[ops]
+    estimated_bytes = estimate["bytes"].to_numpy()[ops]
+    op_flops = np.where(np.isnan(estimated_flops), events["flops"].to_numpy(dtype=np.float64)[ops], estimated_flops)
+    op_bytes = np.where(np.isnan(estimated_bytes), events["bytes"].to_numpy(dtype=np.float64)[ops], estimated_bytes)
+    work.flops[longest], work.moved[longest] = op_flops, op_bytes
+    work.origin_flops[longest] = _origin(np.where(np.isnan(estimated_flops), op_flops, np.nan), estimated_flops,
+                                         recorded[ops])
+    work.origin_bytes[longest] = _origin(np.where(np.isnan(estimated_bytes), op_bytes, np.nan), estimated_bytes,
+                                         recorded[ops])
     known = ~np.isnan(op_flops) | ~np.isnan(op_bytes)
-    source[longest[known]] = "launcher"
+    work.source[longest[known]] = "launcher"
+
+
+def _take_measured(events: pd.DataFrame, measured: pd.DataFrame, work: _Work) -> None:
+    """Overwrite the work of the kernels Nsight Compute measured (first in precedence): its DRAM bytes; its
+    FLOPs when complete, else when at least what the other sources say (a lower bound that is larger); its
+    dtype where none is known; its duration."""
+    positions = events.index.get_indexer(measured.index)
+    keep = positions >= 0
+    rows, measured = positions[keep], measured[keep]
+    measured_bytes = measured["bytes"].to_numpy(dtype=np.float64)
+    measured_flops = measured["flops"].to_numpy(dtype=np.float64)
+    complete = measured["flops_complete"].to_numpy(dtype=bool)
+    has_bytes = ~np.isnan(measured_bytes)
+    current = work.flops[rows]
+    has_flops = ~np.isnan(measured_flops) & (complete | np.isnan(current) | (measured_flops >= current))
+    work.moved[rows[has_bytes]] = measured_bytes[has_bytes]
+    work.origin_bytes[rows[has_bytes]] = "ncu"
+    work.flops[rows[has_flops]] = measured_flops[has_flops]
+    work.origin_flops[rows[has_flops]] = "ncu"
+    work.source[rows[has_bytes | has_flops]] = "ncu"
+    dtype = measured["dtype"].to_numpy(dtype=object)
+    fill = pd.isna(work.dtype[rows]) & pd.notna(dtype)
+    work.dtype[rows[fill]] = dtype[fill]
+    work.measured_ns[rows] = measured["duration_ns"].to_numpy(dtype=np.float64)
+
+
+def _joined_origins(origin_flops: np.ndarray, origin_bytes: np.ndarray) -> np.ndarray:
+    """Per event, the distinct origins of its FLOPs and bytes joined by "+" in precedence order (None: neither)."""
+    choices: list[str | None] = [*ORIGINS, None]
+    code = {origin: i for i, origin in enumerate(choices)}
+    labels = np.array([_origins([a, b]) for a in choices for b in choices], dtype=object)
+    first, second = (pd.Series(o, dtype=object).map(code).fillna(len(ORIGINS)).to_numpy(dtype=np.int64)
+                     for o in (origin_flops, origin_bytes))
+    return labels[first * len(choices) + second]
+
+
+def _origins(values: Iterable[object]) -> str | None:
+    """The distinct origins among `values` (each possibly "+"-joined), in precedence order, joined by "+"."""
+    found = {part for value in values if isinstance(value, str) for part in value.split("+")}
+    return "+".join(o for o in ORIGINS if o in found) or None
 
 
 def roofline(trace: Trace, device: DeviceSpec, *, kinds: Sequence[str] = ("op", "kernel", "hlo"),
              phase: str | None = "measure", latency_ns: float = LATENCY_NS, default_dtype: str | None = None,
-             peak_dtypes: Mapping[str, str] | None = None) -> pd.DataFrame:
+             peak_dtypes: Mapping[str, str] | None = None,
+             kernel_metrics: pa.Table | pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (kind, name, dtype): where each op / kernel / HLO op sits on `device`'s roofline.
 
     | kind | name | dtype | calls | time_ns | mean_ns | flops | bytes | intensity | achieved_flops_per_s |
     | achieved_bytes_per_s | peak_dtype | peak_flops_per_s | ridge_point | roof_ns | fraction_of_roof |
-    | bound | known_calls | work_source |
+    | bound | known_calls | work_source | source |
 
     Only events starting inside the `phase` annotation count (the whole trace when it is None or the
     trace has no such annotation). `default_dtype` is assumed where no dtype is known (HLO ops);
     `peak_dtypes` maps a dtype to the one whose peak applies, e.g. `{"fp32": "tf32"}` when TF32 matmuls
-    were enabled. Work and rates cover the `known_calls` whose work is known; intensity is FLOP/byte and
-    NaN unless both are known. Sorted by time, longest first. See the module docstring for the bounds.
+    were enabled. `kernel_metrics` is the run's Nsight Compute table (`workbench.trace.ncu`): the kernels it
+    profiled take their work and rate durations from it. Work and rates cover the `known_calls` whose work
+    is known; intensity is FLOP/byte and NaN unless both are known. `source` names where the FLOPs and
+    bytes of the calls came from. Sorted by time, longest first. See the module docstring for the sources,
+    durations and bounds.
     """
     events = trace.df()
     if events.empty:
         return pd.DataFrame(columns=[*ROOFLINE_COLUMNS])
-    work = event_work(events)
+    measured = measured_work(trace, kernel_metrics) if kernel_metrics is not None else None
+    work = event_work(events, measured)
     launched = device_time_launched_ns(events)
     is_op = (events["kind"] == "op").to_numpy()
     time_ns = np.where(is_op & (launched > 0), launched, events["dur_ns"].to_numpy())
+    measured_ns = work["measured_ns"].to_numpy()
+    rate_ns = np.where(measured_ns > 0, measured_ns, time_ns)  # NaN compares False: the timeline's
     rows = events["kind"].isin(kinds).to_numpy().copy()
     window = phase_window(trace, phase) if phase else None
     if window is not None:
@@ -136,11 +241,12 @@ def roofline(trace: Trace, device: DeviceSpec, *, kinds: Sequence[str] = ("op", 
         "name": events["name"].astype(str).to_numpy(),
         "dtype": work["dtype"].fillna(default_dtype).to_numpy() if default_dtype else work["dtype"].to_numpy(),
         "time_ns": time_ns,
-        "work_ns": np.where(known, time_ns, 0),
+        "work_ns": np.where(known, rate_ns, 0),
         "known": known.astype(np.int64),
         "flops": work["flops"].to_numpy(),
         "bytes": work["bytes"].to_numpy(),
         "work_source": work["work_source"].to_numpy(),
+        "source": work["source"].to_numpy(),
     })[rows]
     grouped = frame.groupby(["kind", "name", "dtype"], dropna=False, sort=False)
     table = grouped.agg(calls=("time_ns", "size"), time_ns=("time_ns", "sum"), work_ns=("work_ns", "sum"),
@@ -148,6 +254,7 @@ def roofline(trace: Trace, device: DeviceSpec, *, kinds: Sequence[str] = ("op", 
     table["flops"] = grouped["flops"].sum(min_count=1)
     table["bytes"] = grouped["bytes"].sum(min_count=1)
     table["work_source"] = grouped["work_source"].agg(_sources)
+    table["source"] = grouped["source"].agg(_origins)
     table = table.reset_index()
     table["mean_ns"] = table["time_ns"] / table["calls"]
     seconds = table["work_ns"].to_numpy(dtype=np.float64) / 1e9

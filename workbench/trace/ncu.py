@@ -20,9 +20,21 @@ own `==PROF==` / `==WARNING==` lines may surround it. Numbers carry thousands se
 | `dram_throughput_pct`    | `dram__throughput.avg.pct_of_peak_sustained_elapsed`                 |
 | `achieved_occupancy_pct` | `sm__warps_active.avg.pct_of_peak_sustained_active`                  |
 | `flops_fp32/fp64/fp16`   | SASS thread instructions: `fadd + fmul + 2 * ffma` (`d…`, `h…` alike)|
-| `flops`                  | their sum (CUDA-core FLOPs: tensor-core MMA work is not in these counters) |
+| `flops_tensor`           | tensor-core FLOPs: the `sm__ops_path_tensor_src_*.sum` counters, else |
+|                          | 512 × `sm__inst_executed_pipe_tensor.sum` (see `tensor_flops`)       |
+| `flops`                  | their sum: CUDA-core plus tensor-core FLOPs                          |
+| `flops_dtype`            | the precision with the most FLOPs (`fp32`, `bf16`, `tf32`...)       |
 | `dram_bytes_read/write`  | `dram__bytes_read.sum`, `dram__bytes_write.sum`                      |
 | every metric column      | kept under its metric name (float64, or text when not numeric)       |
+
+The FLOP counts follow Nsight Compute's own roofline sections (`SpeedOfLight_RooflineChart`,
+`SpeedOfLight_Hierarchical{Single,Double,Half,Tensor}RooflineChart`): achieved work is
+`add + mul + 2 * fma` predicated-on SASS thread instructions per precision ("an FMA instruction has
+two floating point operations", hence the `_x2` derived metrics there), and tensor-core work is what
+the tensor pipe executed. ncu's default `--metrics` here (`METRICS`) leave the tensor counters out
+(their names differ between GPU generations, and ncu refuses a metric the GPU lacks), so `flops_tensor`
+is NaN unless they were asked for: then `flops` counts CUDA-core work only, a lower bound for a kernel
+that uses tensor cores.
 
 Derived columns are NaN where their metrics were not collected. Times are converted to ns and byte
 counts to bytes whatever prefix ncu printed (`usecond`, `Kbyte`: decimal prefixes); the unit of each
@@ -38,6 +50,7 @@ import math
 import os
 import re
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +83,22 @@ DERIVED = {
 PRECISIONS = {"fp32": "f", "fp64": "d", "fp16": "h"}
 """FLOP column suffix → the letter of ncu's SASS op counters (`ffma`, `dfma`, `hfma`)."""
 
+TENSOR_OPS = re.compile(r"sm__ops_path_tensor_src_([a-z0-9]+)[a-z0-9_]*\.sum")
+"""Tensor-core math ops by source type (`sm__ops_path_tensor_src_bf16_dst_fp32.sum`, `…_src_fp64.sum`,
+`…_sparsity_off.sum`): FLOPs, a multiply and an add each counting one."""
+TENSOR_SPLITS = ("_dst_", "_sparsity_")
+"""Suffixes of the tensor op counters that split a coarser counter (`src_fp16` = `src_fp16_dst_fp16` +
+`src_fp16_dst_fp32`; `x` = `x_sparsity_on` + `x_sparsity_off`): a part is left out when its whole is there."""
+TENSOR_INSTRUCTIONS = ("sm__inst_executed_pipe_tensor.sum", "smsp__inst_executed_pipe_tensor.sum")
+"""Warp instructions executed on the tensor pipe (summed over SMs, or over SM sub-partitions)."""
+TENSOR_FLOPS_PER_INSTRUCTION = 512.0
+"""FLOPs per tensor-pipe instruction in Nsight Compute's `SpeedOfLight_HierarchicalTensorRooflineChart`
+section (its `derived__sm__inst_executed_pipe_tensor_x512`). A convention of that chart, not the MMA
+shape of every GPU: used only when no `sm__ops_path_tensor_*` counter was collected."""
+TENSOR_DTYPES = {"fp64": "fp64", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "int8",
+                 "int4": "int4", "fp4": "fp4"}
+"""Source type of a tensor op counter → the dtype whose peak applies (`workbench.hardware.device.DTYPES`)."""
+
 
 def sass_counter(letter: str, op: str, prefix: str = "sm") -> str:
     """The SASS thread-instruction counter of one op, e.g. `sm__sass_thread_inst_executed_op_ffma_pred_on.sum`."""
@@ -87,7 +116,8 @@ CORE = pa.schema([
     ("process", pa.string()), ("host", pa.string()), ("context", pa.int64()), ("stream", pa.int64()),
     ("device", pa.int64()), ("block_size", pa.string()), ("grid_size", pa.string()), ("cc", pa.string()),
     *((name, pa.float64()) for name in DERIVED),
-    *((f"flops_{p}", pa.float64()) for p in PRECISIONS), ("flops", pa.float64()),
+    *((f"flops_{p}", pa.float64()) for p in PRECISIONS), ("flops_tensor", pa.float64()), ("flops", pa.float64()),
+    ("flops_dtype", pa.string()),
 ])
 """The columns every `kernel_metrics` table starts with; the metric columns follow."""
 
@@ -130,14 +160,16 @@ def parse_ncu_csv(text: str, source: str = "<ncu csv>") -> pa.Table:
     core["launch"] = _launch_index(core["kernel"], core["id"])
     for column, metric in DERIVED.items():
         core[column] = _numeric(metrics.get(metric), n)
-    flops = []
+    by_dtype: dict[str | None, np.ndarray] = {}
     for precision, letter in PRECISIONS.items():
         parts = [_counter(metrics, letter, op, n) for op in ("add", "mul", "fma")]
         value = parts[0] + parts[1] + 2.0 * parts[2]  # NaN unless all three were collected
-        core[f"flops_{precision}"] = value
-        flops.append(value)
-    stacked = np.vstack(flops)
-    core["flops"] = np.where(np.isnan(stacked).all(axis=0), np.nan, np.nansum(stacked, axis=0))
+        core[f"flops_{precision}"] = by_dtype[precision] = value
+    core["flops_tensor"], tensor = tensor_flops(metrics, n)
+    for dtype, value in tensor.items():
+        by_dtype[dtype] = _nansum([by_dtype[dtype], value]) if dtype in by_dtype else value
+    core["flops"] = _nansum([*(core[f"flops_{p}"] for p in PRECISIONS), core["flops_tensor"]])
+    core["flops_dtype"] = _largest(by_dtype, n)
     fields = list(CORE)
     arrays = [pa.array(core[f.name], f.type) for f in CORE]
     for name in extra_identity:
@@ -152,6 +184,31 @@ def parse_ncu_csv(text: str, source: str = "<ncu csv>") -> pa.Table:
                 "reader": {"launches": n, "skipped": dict(skipped)}}
     schema = pa.schema(fields, metadata={"workbench": json.dumps(metadata)})
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def tensor_flops(metrics: Mapping[str, np.ndarray | list[str | None]], n: int
+                 ) -> tuple[np.ndarray, dict[str | None, np.ndarray]]:
+    """Tensor-core FLOPs of each launch (NaN where no tensor counter was collected) and their split by the
+    dtype whose peak applies (None: not known).
+
+    From the `sm__ops_path_tensor_src_*.sum` counters (`TENSOR_OPS`), parts of a collected whole left out
+    (`TENSOR_SPLITS`); without any, `TENSOR_FLOPS_PER_INSTRUCTION` × the tensor pipe's instructions.
+    """
+    ops = {name: match[1] for name in metrics if (match := TENSOR_OPS.fullmatch(name))
+           and isinstance(metrics[name], np.ndarray)}
+    bases = {name: name.removesuffix(".sum") for name in ops}
+    wholes = [name for name in ops if not any(bases[name].startswith(bases[other] + split)
+                                              for other in ops if other != name for split in TENSOR_SPLITS)]
+    split: dict[str | None, list[np.ndarray]] = {}
+    for name in wholes:
+        split.setdefault(TENSOR_DTYPES.get(ops[name]), []).append(_numeric(metrics[name], n))
+    if not split:
+        name = next((m for m in TENSOR_INSTRUCTIONS if isinstance(metrics.get(m), np.ndarray)), None)
+        if name is None:
+            return np.full(n, np.nan), {}
+        split[None] = [TENSOR_FLOPS_PER_INSTRUCTION * _numeric(metrics[name], n)]
+    by_dtype = {dtype: _nansum(parts) for dtype, parts in split.items()}
+    return _nansum(list(by_dtype.values())), by_dtype
 
 
 def table_metadata(table: pa.Table) -> dict[str, Any]:
@@ -229,6 +286,23 @@ def _counter(metrics: dict[str, Any], letter: str, op: str, n: int) -> np.ndarra
         if name in metrics:
             return _numeric(metrics[name], n)
     return np.full(n, np.nan)
+
+
+def _nansum(parts: list[np.ndarray]) -> np.ndarray:
+    """Element-wise sum of the parts that were collected; NaN where none was."""
+    stacked = np.vstack(parts)
+    return np.where(np.isnan(stacked).all(axis=0), np.nan, np.nansum(stacked, axis=0))
+
+
+def _largest(by_dtype: Mapping[str | None, np.ndarray], n: int) -> list[str | None]:
+    """Per launch, the dtype with the most FLOPs (None when no FLOPs were counted or the largest share's dtype
+    is not known)."""
+    if not by_dtype:
+        return [None] * n
+    names = list(by_dtype)
+    stacked = np.nan_to_num(np.vstack([by_dtype[d] for d in names]))
+    best = stacked.argmax(axis=0)
+    return [names[b] if stacked[b, i] > 0 else None for i, b in enumerate(best)]
 
 
 def _launch_index(kernels: list[str | None], ids: list[int | None]) -> list[int]:
