@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import pyarrow as pa
 import torch
@@ -185,22 +185,58 @@ class RunResult:
                 "top1_agreement": numerics.get("top1_agreement")}
 
 
+class _HasStatus(Protocol):
+    status: str
+
+
+ResultT = TypeVar("ResultT", bound=_HasStatus)
+
+
 @dataclass(frozen=True)
-class ExperimentResult:
-    """The outcome of an experiment: its record's id and path, and one `RunResult` per variant."""
+class ExperimentResult(Generic[ResultT]):
+    """The outcome of an experiment (or a generation sweep): its record's id and path, and one result per
+    run (`RunResult` for an experiment's variants)."""
 
     experiment_id: str
     path: Path
-    runs: tuple[RunResult, ...]
+    runs: tuple[ResultT, ...]
 
     @property
-    def failed(self) -> list[RunResult]:
+    def failed(self) -> list[ResultT]:
         """The runs that failed."""
-        return [run for run in self.runs if run.status == "failed"]
+        return [run for run in self.runs if run.status != "ok"]
 
 
 @dataclass
-class _VariantRun:
+class RunFailure:
+    """The failure state of a run while its experiment or sweep goes on: the first failure is kept, as a
+    message naming `subject` and the stage, and the traceback for run.json."""
+
+    error: str | None = field(default=None, kw_only=True)
+    error_traceback: str | None = field(default=None, kw_only=True)
+
+    @property
+    def subject(self) -> str:
+        """What the messages call this run ("variant eager")."""
+        raise NotImplementedError
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run has not failed (so far)."""
+        return self.error is None
+
+    def fail(self, stage: str, exc: BaseException) -> None:
+        """Record `exc` as this run's failure in `stage` (a WorkbenchError's message as it is, without a
+        repeated subject; any other exception with its type)."""
+        detail = str(exc).removeprefix(f"{self.subject}: ")
+        if not isinstance(exc, WorkbenchError):
+            detail = f"{type(exc).__name__}: {detail}"
+        self.error = f"{self.subject} failed during {stage}: {detail}"
+        self.error_traceback = "".join(traceback.format_exception(exc))
+
+
+@dataclass
+class _VariantRun(RunFailure):
     """A variant's state while the experiment runs; `prepared` is dropped once benchmarked."""
 
     variant: Variant
@@ -217,21 +253,14 @@ class _VariantRun:
     tables: dict[str, pa.Table] = field(default_factory=dict)
     xprof: dict[str, Any] | None = None
     xprof_dir: Path | None = None
-    error: str | None = None
-    error_traceback: str | None = None
 
     @property
-    def ok(self) -> bool:
-        """Whether the variant has not failed (so far)."""
-        return self.error is None
+    def subject(self) -> str:
+        return f"variant {self.variant.name}"
 
     def fail(self, stage: str, exc: BaseException) -> None:
-        """Record `exc` as this variant's failure in `stage` and drop its prepared module."""
-        detail = str(exc).removeprefix(f"variant {self.variant.name}: ")
-        if not isinstance(exc, WorkbenchError):
-            detail = f"{type(exc).__name__}: {detail}"
-        self.error = f"variant {self.variant.name} failed during {stage}: {detail}"
-        self.error_traceback = "".join(traceback.format_exception(exc))
+        """Record the failure (`RunFailure.fail`) and drop the prepared module."""
+        super().fail(stage, exc)
         self.prepared, self.placed = None, ()
 
 
@@ -253,7 +282,7 @@ def run_experiment(
     settings: ExperimentSettings | None = None,
     root: str | Path | None = None,
     progress: Progress | None = None,
-) -> ExperimentResult:
+) -> ExperimentResult[RunResult]:
     """Run the experiment `settings` describes and write its bundles and record under `root` (the
     traces root; see `workbench.paths.traces_root`).
 
@@ -293,7 +322,7 @@ class _Experiment:
         self.reference_error: str | None = None
         self._device_properties: dict[tuple[str, Any], dict[str, Any] | None] = {}
 
-    def run(self, variants: list[Variant], reference: Variant) -> ExperimentResult:
+    def run(self, variants: list[Variant], reference: Variant) -> ExperimentResult[RunResult]:
         runs = [self._new_run(variant) for variant in variants]
         with phase("prepare", self.timings):
             self._prepare(runs, reference)
@@ -491,7 +520,7 @@ class _Experiment:
             self._device_properties[key] = spec.to_dict() if spec else None
         return self._device_properties[key]
 
-    def _record(self, runs: list[_VariantRun], paths: Mapping[str, Path]) -> ExperimentResult:
+    def _record(self, runs: list[_VariantRun], paths: Mapping[str, Path]) -> ExperimentResult[RunResult]:
         """Write the experiment record and return the result."""
         info = {
             "created": self.created,

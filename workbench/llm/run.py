@@ -25,7 +25,6 @@ from __future__ import annotations
 import copy
 import itertools
 import tempfile
-import traceback
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,7 +37,7 @@ from workbench.backends.benchmark import LatencyStats, WallClockTimer, Workload,
 from workbench.backends.devices import resolve_device, synchronize
 from workbench.capture import ProfileSettings, TorchProfilerSession, attach_flops, environment, phase
 from workbench.errors import WorkbenchError
-from workbench.experiment import NullProgress, Progress, model_info, torch_threads
+from workbench.experiment import ExperimentResult, NullProgress, Progress, RunFailure, model_info, torch_threads
 from workbench.llm.generate import Generation, generate
 from workbench.llm.kv_cache import KV_DTYPES, kv_cache_bytes
 from workbench.llm.metrics import StepTimes, llm_metrics, peak_allocated_bytes
@@ -166,22 +165,12 @@ class GenerationResult:
         return {**asdict(self), "path": str(self.path)}
 
 
-@dataclass(frozen=True)
-class SweepResult:
-    """A sweep's experiment record (id and path) and one `GenerationResult` per run."""
-
-    experiment_id: str
-    path: Path
-    runs: tuple[GenerationResult, ...]
-
-    @property
-    def failed(self) -> list[GenerationResult]:
-        """The runs that failed."""
-        return [run for run in self.runs if run.status != "ok"]
+SweepResult = ExperimentResult[GenerationResult]
+"""A sweep's experiment record (id and path) and one `GenerationResult` per run."""
 
 
 @dataclass
-class _Run:
+class _Run(RunFailure):
     """A run's state while the sweep goes on."""
 
     point: Point
@@ -206,17 +195,10 @@ class _Run:
     op_flops: dict[str, float] | None = None
     phases_ms: dict[str, float] = field(default_factory=dict)
     llm: dict[str, Any] | None = None
-    error: str | None = None
-    error_traceback: str | None = None
 
     @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    def fail(self, stage: str, exc: BaseException) -> None:
-        detail = str(exc) if isinstance(exc, WorkbenchError) else f"{type(exc).__name__}: {exc}"
-        self.error = f"run {self.name} failed during {stage}: {detail}"
-        self.error_traceback = "".join(traceback.format_exception(exc))
+    def subject(self) -> str:
+        return f"run {self.name}"
 
     def once(self) -> Generation | SpeculativeGeneration:
         """One generation of this run's configuration (untimed by itself: it times its own steps)."""
