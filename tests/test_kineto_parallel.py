@@ -191,6 +191,18 @@ def _corrupt(path: Path, name: str, replacement: bytes) -> int:
     return text.rindex(b"{", 0, at)
 
 
+def _same_error_either_way(path, match: str | None = None) -> str:
+    """The TraceFormatError message of reading `path` in this process, asserted equal to the one with
+    two decoding workers."""
+    messages = []
+    for workers in (1, 2):
+        with pytest.raises(TraceFormatError, match=match) as info:
+            read_kineto(path, workers=workers)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+    return messages[0]
+
+
 @pytest.mark.parametrize(("events", "broken", "cut", "problem"), [
     (600, "e300", 0, "malformed JSON in traceEvents"),
     # the file also ends early, after the broken event: its error, not the end's, is the one raised
@@ -201,15 +213,10 @@ def test_malformed_event_same_error_and_offset(tmp_path, small_blocks, events, b
                                                 "args": {"k": [{"v": i}, {"w": i}]}} for i in range(events)])
     offset = _corrupt(path, broken, f'"{broken}" "no comma"'.encode())
     path.write_bytes(path.read_bytes()[: -cut or None])
-    errors = []
-    for workers in (1, 2):
-        with pytest.raises(TraceFormatError) as info:
-            read_kineto(path, workers=workers)
-        errors.append(str(info.value))
-    assert errors[0] == errors[1]
-    assert str(path) in errors[1]
-    assert problem in errors[1]
-    assert f"near byte {offset:,})" in errors[1]
+    error = _same_error_either_way(path)
+    assert str(path) in error
+    assert problem in error
+    assert f"near byte {offset:,})" in error
 
 
 def test_non_object_event_in_middle_block_same_error(tmp_path, small_blocks):
@@ -219,23 +226,13 @@ def test_non_object_event_in_middle_block_same_error(tmp_path, small_blocks):
     at = text.index(b'"e200"')
     start, end = text.rindex(b"{", 0, at), text.index(b"}", at) + 1
     path.write_bytes(text[:start] + b"12345" + text[end:])
-    messages = []
-    for workers in (1, 2):
-        with pytest.raises(TraceFormatError, match="is int, not an object") as info:
-            read_kineto(path, workers=workers)
-        messages.append(str(info.value))
-    assert messages[0] == messages[1]
+    _same_error_either_way(path, match="is int, not an object")
 
 
 def test_truncated_file_same_error(varied, small_blocks):
     text = varied.read_bytes()
     varied.write_bytes(text[: len(text) * 2 // 3])
-    messages = []
-    for workers in (1, 2):
-        with pytest.raises(TraceFormatError, match="truncated") as info:
-            read_kineto(varied, workers=workers)
-        messages.append(str(info.value))
-    assert messages[0] == messages[1]
+    _same_error_either_way(varied, match="truncated")
 
 
 def test_dead_worker_is_a_clear_error(tmp_path):

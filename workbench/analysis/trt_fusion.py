@@ -317,13 +317,10 @@ def layer_executions(trace: Trace | pd.DataFrame) -> pd.DataFrame:
     is the execution's span (IProfiler runs are slowed by the per-layer timing). Empty without layers.
     """
     events = trace.df() if isinstance(trace, Trace) else trace
-    kind = events["kind"].astype(str).to_numpy()
-    layers = events[kind == "layer"]
-    parents = layers["parent"].to_numpy()
-    parents = parents[parents >= 0]
-    if not len(parents):
+    layers = events[(events["kind"].astype(str) == "layer") & (events["parent"] >= 0)]
+    if layers.empty:
         return pd.DataFrame(columns=list(EXECUTION_COLUMNS))
-    sums = layers[layers["parent"] >= 0].groupby("parent").agg(layers=("dur_ns", "size"), layer_ns=("dur_ns", "sum"))
+    sums = layers.groupby("parent").agg(layers=("dur_ns", "size"), layer_ns=("dur_ns", "sum"))
     modules = events.iloc[sums.index.to_numpy()]
     table = pd.DataFrame({"start_ns": modules["start_ns"].to_numpy(), "layers": sums["layers"].to_numpy(),
                           "layer_ns": sums["layer_ns"].to_numpy(), "wall_ns": modules["dur_ns"].to_numpy()})
@@ -344,12 +341,13 @@ def trt_layer_table(fusions: pd.DataFrame, trace: Trace | None = None) -> pd.Dat
     """
     table = fusions.copy()
     events = trace.df() if trace is not None else None
-    if events is None or not (events["kind"].astype(str) == "layer").any():
+    is_layer = events["kind"].astype(str) == "layer" if events is not None else None
+    if is_layer is None or not is_layer.any():
         table["executions"] = 0
         for column in TIME_COLUMNS[1:]:
             table[column] = np.nan
         return table
-    layers = events[events["kind"].astype(str) == "layer"].assign(name=lambda e: e["name"].astype(str))
+    layers = events[is_layer].assign(name=lambda e: e["name"].astype(str))
     per_name = layers.groupby("name")["dur_ns"].agg(executions="size", median_ns="median", total_ns="sum")
     total = float(layers["dur_ns"].sum())
     joined = table["name"].map(per_name["executions"])
