@@ -30,9 +30,10 @@ from click.testing import CliRunner
 from conftest import PAYLOADS, TINY_CAPTURE, fixture_path, payload_trace
 
 import workbench as wb
-from workbench.analysis.bottlenecks import FINDING_COLUMNS, Finding, analyze_run, find_bottlenecks, findings_table
+from workbench.analysis.bottlenecks import FINDING_COLUMNS, analyze_run, find_bottlenecks, findings_table
 from workbench.analysis.breakdown import phase_window
 from workbench.analysis.diff import DIFF_COLUMNS, trace_diff
+from workbench.analysis.finding import Finding
 from workbench.analysis.fusion import TABLE_COLUMNS
 from workbench.analysis.idle import GAP_COLUMNS, idle_summary
 from workbench.analysis.roofline import ROOFLINE_COLUMNS, roofline, run_device_spec

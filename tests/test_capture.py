@@ -8,21 +8,20 @@ import pyarrow as pa
 import pytest
 
 from workbench.backends import get_variant
-from workbench.capture import (
-    LIFECYCLE,
-    TRACE_SUFFIX,
+from workbench.errors import WorkbenchError
+from workbench.models import load_model
+from workbench.profiling import (
     ProfileSettings,
-    TorchProfilerSession,
     attach_flops,
     phase,
     phases,
     profile_variant,
     progress_units,
 )
-from workbench.errors import WorkbenchError
-from workbench.models import load_model
+from workbench.profiling.torch_profiler import TRACE_SUFFIX, TorchProfilerSession
 from workbench.trace import read_trace, schema
 from workbench.trace.model import Trace
+from workbench.trace.schema import LIFECYCLE_PHASES as LIFECYCLE
 
 TINY_GPT = {"vocab": 64, "layers": 1, "d_model": 32, "heads": 4, "max_seq": 16}
 STEPS = ["step 0", "step 1", "step 2"]

@@ -203,8 +203,8 @@ def test_a_trace_without_an_epoch_origin_is_refused(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_a_cuda_capture_records_the_allocator_into_its_bundle(tmp_path):
-    from workbench.capture import ProfileSettings
     from workbench.experiment import ExperimentSettings, run_experiment
+    from workbench.profiling import ProfileSettings
 
     settings = ExperimentSettings(model="tiny-gpt", variants=("eager",), batch=2, seq=16, device="cuda",
                                   warmup=1, iterations=3, profile_settings=ProfileSettings(warmup_steps=1,

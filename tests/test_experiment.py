@@ -9,12 +9,13 @@ from collections import Counter
 import pytest
 import torch
 
-import workbench.experiment as experiment_module
-from workbench.capture import LIFECYCLE, ProfileSettings, progress_units
+import workbench.profiling.framework as framework_profiler
 from workbench.errors import UnknownModelError, WorkbenchError
 from workbench.experiment import DEFAULT_VARIANTS, ExperimentSettings, run_experiment
+from workbench.profiling import ProfileSettings, progress_units
 from workbench.trace.bundle import list_bundles, open_bundle
 from workbench.trace.experiment import read_experiment
+from workbench.trace.schema import LIFECYCLE_PHASES as LIFECYCLE
 
 TINY_GPT = {"vocab": 64, "layers": 1, "d_model": 32, "heads": 4, "max_seq": 16}
 PROFILE = ProfileSettings(warmup_steps=1, active_steps=2)
@@ -190,7 +191,7 @@ def test_a_profiling_failure_keeps_the_benchmark_and_removes_the_temp_folder(tmp
         (out_dir / f"{variant.name}.pt.trace.json").write_text("{")
         raise RuntimeError("profiler crashed")
 
-    monkeypatch.setattr(experiment_module, "profile_variant", broken_profiler)
+    monkeypatch.setattr(framework_profiler, "profile_variant", broken_profiler)
     settings = ExperimentSettings(model="mlp", variants=("eager",), model_overrides={"hidden": 16}, **FAST)
     (run,) = run_experiment(settings, root).runs
     assert run.status == "failed" and "profiling" in run.error and "profiler crashed" in run.error

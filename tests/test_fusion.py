@@ -16,12 +16,12 @@ from workbench.analysis.fusion import (
     hlo_fusions,
     hlo_summary,
     kernel_units,
-    parse_hlo,
 )
 from workbench.analysis.steps import step_windows
 from workbench.backends.jax_backend import FUSION_OFF
 from workbench.errors import WorkbenchError
 from workbench.trace import read_trace
+from workbench.trace.hlo_text import parse_hlo
 from workbench.trace.model import Trace
 
 NO_FUSION = FUSION_OFF
@@ -332,8 +332,8 @@ TINY_GPT = {"vocab": 64, "layers": 1, "d_model": 32, "heads": 4, "max_seq": 16}
 def torch_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Trace]:
     """Steady-state captures (1 warm-up, 2 profiled steps) of a one-block GPT, eager and torch.compile."""
     from workbench.backends import get_variant
-    from workbench.capture import ProfileSettings, attach_flops, profile_variant
     from workbench.models import load_model
+    from workbench.profiling import ProfileSettings, attach_flops, profile_variant
 
     gpt = load_model("tiny-gpt", **TINY_GPT)
     traces = {}

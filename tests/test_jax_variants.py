@@ -11,10 +11,10 @@ pytest.importorskip("jax")
 
 from workbench.backends import get_variant, prepare
 from workbench.backends.jax_backend import ARTIFACTS, jax_device
-from workbench.capture import ProfileSettings
 from workbench.errors import VariantUnavailable, WorkbenchError
 from workbench.experiment import ExperimentResult, ExperimentSettings, run_experiment
 from workbench.models import load_model
+from workbench.profiling import ProfileSettings
 from workbench.trace import read_trace
 from workbench.trace.bundle import open_bundle
 

@@ -10,13 +10,13 @@ import pytest
 import torch
 from conftest import write_trace
 
-from workbench.capture.torch_profiler import TorchProfilerSession
 from workbench.errors import VariantUnavailable, WorkbenchError
 from workbench.llm.generate import PREFILL, decode_label, generate
 from workbench.llm.metrics import StepTimes, llm_metrics, peak_allocated_bytes
 from workbench.llm.numerics import cache_numerics, recompute_logits, token_agreement, vs_recompute
 from workbench.models import LoadedModel, load_model
 from workbench.models.tiny_gpt import attention_kind, resolved_kv_heads
+from workbench.profiling.torch_profiler import TorchProfilerSession
 from workbench.trace import read_trace
 
 SMALL = {"vocab": 256, "layers": 2, "d_model": 64, "heads": 4, "max_seq": 64}

@@ -20,12 +20,11 @@ def test_import_loads_nothing_heavy():
     assert done.stdout.strip() == "[]"
 
 
-def test_capture_is_callable_even_after_the_capture_package_is_imported():
-    import workbench.capture  # as the experiment runner and the CLI do
+def test_capture_is_the_front_door_even_after_the_profiling_package_is_imported():
+    import workbench.notebook
+    import workbench.profiling  # as the experiment runner and the CLI do
 
-    assert wb.capture is workbench.capture
-    assert callable(wb.capture)
-    assert wb.capture.ProfileSettings is not None
+    assert wb.capture is workbench.notebook.capture
 
 
 def test_capture_show_compare(tmp_path, monkeypatch):

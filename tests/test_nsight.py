@@ -18,32 +18,19 @@ from click.testing import CliRunner
 from conftest import TINY_CAPTURE, fixture_path
 from test_ncu import CSV
 
-import workbench.capture.lifecycle as lifecycle
+import workbench.profiling.lifecycle as lifecycle
 from workbench.backends import get_variant
-from workbench.capture import ProfileSettings
-from workbench.capture.nsight import (
-    CHILD_COMMAND,
-    DEFAULT_LAUNCH_COUNT,
-    NSYS_TRACE,
-    PROFILERS,
-    ChildSpec,
-    CudaRangeSession,
-    ToolMissing,
-    check_profiler,
-    child_command,
-    child_env,
-    find_tool,
-    ncu_command,
-    ncu_import_command,
-    nsys_command,
-    nsys_export_command,
-    profile_with_ncu,
-    profile_with_nsys,
-)
 from workbench.cli import main
 from workbench.errors import WorkbenchError
 from workbench.experiment import ExperimentSettings
 from workbench.models import load_model
+from workbench.profiling import ProfileSettings, check_profiler, profilers, session
+from workbench.profiling.child import CHILD_COMMAND, ChildSpec, child_command, child_env
+from workbench.profiling.cuda_range import CudaRangeSession
+from workbench.profiling.ncu import ncu_command, ncu_import_command, profile_with_ncu
+from workbench.profiling.nsys import NSYS_TRACE, nsys_command, nsys_export_command, profile_with_nsys
+from workbench.profiling.registry import DEFAULT_LAUNCH_COUNT
+from workbench.profiling.tools import ToolMissing, find_tool
 from workbench.trace import read_trace
 from workbench.trace.ncu import METRICS
 
@@ -105,7 +92,7 @@ def test_the_child_runs_the_hidden_cli_command_with_this_import_path():
 def test_cli_options_match_the_capture_module():
     capture = main.commands["capture"]
     options = {p.name: p for p in capture.params}
-    assert tuple(options["profiler"].type.choices) == PROFILERS and options["profiler"].default == "framework"
+    assert tuple(options["profiler"].type.choices) == tuple(profilers()) and options["profiler"].default == "framework"
     assert options["launch_count"].default == DEFAULT_LAUNCH_COUNT and options["kernel_name"].default is None
     assert main.commands[CHILD_COMMAND].hidden
 
@@ -196,11 +183,12 @@ def test_the_range_brackets_exactly_the_measured_iterations(monkeypatch, tmp_pat
     monkeypatch.setattr(lifecycle, "phase", logged)
     asked: list[dict] = []
 
-    def cuda_session(*args, **kwargs):  # the variant runs on the CPU; the session acts as on CUDA (without
-        asked.append(kwargs)  # torch's NVTX op ranges, which need a CUDA build)
-        return CudaRangeSession(*args, **{**kwargs, "device_type": "cuda", "emit_nvtx": False})
+    def cuda_session(out_dir, name, settings, context):  # the variant runs on the CPU; the session acts as on
+        asked.append({"device_type": context.device_type, "emit_nvtx": context.emit_nvtx})  # CUDA (without torch's
+        return CudaRangeSession(out_dir, name, settings, device_type="cuda", emit_nvtx=False)  # NVTX op ranges)
 
-    monkeypatch.setattr(lifecycle, "CudaRangeSession", cuda_session)
+    session.open_session("cuda-range", tmp_path, "probe", ProfileSettings(), session.SessionContext())  # registered
+    monkeypatch.setitem(session._SESSIONS, "cuda-range", cuda_session)
     loaded = load_model("tiny-gpt", **TINY)
     run = lifecycle.profile_variant(get_variant("eager", 2), loaded, loaded.make_inputs(2, 8), tmp_path,
                                     ProfileSettings(warmup_steps=2, active_steps=2), profiler="nsys")

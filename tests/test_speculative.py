@@ -7,11 +7,11 @@ from functools import cache
 import pytest
 import torch
 
-from workbench.capture.torch_profiler import TorchProfilerSession
 from workbench.errors import WorkbenchError
 from workbench.llm.generate import generate
 from workbench.llm.speculative import first_layers_draft, speculative_generate
 from workbench.models import LoadedModel, load_model
+from workbench.profiling.torch_profiler import TorchProfilerSession
 from workbench.trace import read_trace
 
 TARGET = {"vocab": 256, "layers": 3, "d_model": 64, "heads": 4, "max_seq": 96}

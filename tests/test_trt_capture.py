@@ -20,18 +20,18 @@ from bokeh.models import DataTable
 from conftest import write_trace
 from test_tensorrt import RESNET_FP16
 
-import workbench.capture.lifecycle as lifecycle
+import workbench.profiling.lifecycle as lifecycle
 from workbench.analysis.fusion import FusionInputs, fusion_detail, fusion_inputs, fusion_table
 from workbench.analysis.steps import step_windows
 from workbench.analysis.trt_fusion import ENGINE_JSON, ONNX_NODES, layer_executions, trt_fusions, trt_summary
 from workbench.backends import get_variant
 from workbench.backends.benchmark import WallClockTimer
-from workbench.backends.prepare import time_first_call
+from workbench.backends.prepared import time_first_call
 from workbench.backends.tensorrt.prepared import ARTIFACTS, TIMING_CACHE, keep_compile_files
-from workbench.capture import ProfileSettings, profile_variant
 from workbench.errors import WorkbenchError
 from workbench.experiment import ExperimentSettings, run_experiment
 from workbench.models import load_model
+from workbench.profiling import ProfileSettings, profile_variant
 from workbench.trace import read_trace
 from workbench.trace.bundle import open_bundle, write_bundle
 from workbench.trace.trt_layers import TRACK, LayerTimes, layer_trace, merge_layer_times

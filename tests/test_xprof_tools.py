@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from workbench.capture import xprof_tools
-from workbench.capture.xprof_tools import DEFAULT_TOOLS, export_tool_data
 from workbench.cli import main
 from workbench.errors import BundleError, TraceFormatError, WorkbenchError
+from workbench.profiling import xprof_tools
+from workbench.profiling.xprof_tools import DEFAULT_TOOLS, export_tool_data
 from workbench.trace.bundle import open_bundle, write_bundle
 from workbench.xprof_server import LOOPBACK, RUNS_ROUTE, serve_bundle, start_xprof, xprof_command
 

@@ -15,10 +15,6 @@ __all__ = ["capture", "compare", "diff", "findings", "fusion", "fusion_detail", 
 
 
 def __getattr__(name: str) -> Any:
-    if name == "capture":  # the capture package, callable as the front door (see its docstring)
-        import workbench.capture
-
-        return workbench.capture
     if name in __all__:
         from workbench import notebook
 

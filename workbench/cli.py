@@ -105,8 +105,8 @@ def capture(model: str, variants: str, batch: int, seq: int | None, device: str,
             overrides: tuple[str, ...], report_path: Path | None, out_dir: Path | None, as_json: bool,
             progress_json: bool, profiler: str, kernel_name: str | None, launch_count: int) -> None:
     """Benchmark and profile a model in several variants: one bundle per variant plus an experiment."""
-    from workbench.capture.torch_profiler import ProfileSettings
     from workbench.experiment import ExperimentSettings, run_experiment
+    from workbench.profiling.settings import ProfileSettings
 
     with _errors():
         settings = ExperimentSettings(
@@ -132,7 +132,8 @@ def capture(model: str, variants: str, batch: int, seq: int | None, device: str,
     runs = [r.to_dict() for r in result.runs]
     written = None
     if report_path is not None:
-        from workbench.report import report_layout, resolve_runs, write_report
+        from workbench.report import report_layout, write_report
+        from workbench.trace.resolve import resolve_runs
 
         with _errors(), err.status("building the report", spinner="dots"):
             layout = report_layout(resolve_runs([result.experiment_id], root))
@@ -151,8 +152,8 @@ def capture(model: str, variants: str, batch: int, seq: int | None, device: str,
 @click.argument("spec", type=click.Path(dir_okay=False, path_type=Path))
 def profile_variant_child(spec: Path) -> None:
     """Internal: one variant's profiled lifecycle in a process that nsys or ncu launched (see
-    workbench.capture.nsight); SPEC is the JSON file describing it."""
-    from workbench.capture.nsight import run_child
+    workbench.profiling.child); SPEC is the JSON file describing it."""
+    from workbench.profiling.child import run_child
 
     with _errors():
         run_child(spec)
@@ -341,7 +342,8 @@ def _kv_table(title: str, values: dict[str, Any]) -> None:
 @_out_option
 def report(refs: tuple[str, ...], output: Path | None, out_dir: Path | None) -> None:
     """Write a self-contained HTML report of runs or experiments (opens offline, no workbench needed)."""
-    from workbench.report import report_layout, resolve_runs, write_report
+    from workbench.report import report_layout, write_report
+    from workbench.trace.resolve import resolve_runs
 
     root = traces_root(out_dir)
     with _errors():
@@ -471,7 +473,7 @@ def cost(runs: tuple[str, ...], devices: tuple[str, ...], price: float | None, o
     projected onto others from the roofline (projections are optimistic: perfect kernels, no overhead)."""
     from workbench.analysis.cost import cost_table
     from workbench.hardware import resolve_device_spec
-    from workbench.report import resolve_runs
+    from workbench.trace.resolve import resolve_runs
 
     with _errors():
         targets = [resolve_device_spec(device) for device in devices]
@@ -684,8 +686,8 @@ def generate(model: str, attention: tuple[str, ...] | None, kv: tuple[str, ...],
              progress_json: bool) -> None:
     """Generate with a KV cache (prefill, then decode steps) and measure TTFT, TPOT, tokens/s and KV-cache
     bytes: one bundle per point of the sweep (attention × kv × batch × prompt × new) plus an experiment."""
-    from workbench.capture.torch_profiler import ProfileSettings
     from workbench.llm.run import GenerateSettings, run_generation
+    from workbench.profiling.settings import ProfileSettings
 
     with _errors():
         settings = GenerateSettings(
@@ -702,7 +704,8 @@ def generate(model: str, attention: tuple[str, ...] | None, kv: tuple[str, ...],
     if report_path is not None:
         from bokeh.models import TabPanel, Tabs
 
-        from workbench.report import report_layout, resolve_runs, write_report
+        from workbench.report import report_layout, write_report
+        from workbench.trace.resolve import resolve_runs
         from workbench.views.llm import generation_view
 
         with _errors(), err.status("building the report", spinner="dots"):

@@ -9,7 +9,7 @@ the bundles. The CLI, the notebook API and the Jupyter server all run experiment
 `profiler` picks the profiled run's tool: the framework's own profiler (default), Nsight Systems (the
 run happens in a child process under `nsys`, whose SQLite export is the trace), or Nsight Compute (the
 framework's trace, plus per-kernel metrics from a child process under `ncu` in a `kernel_metrics`
-table); see `workbench.capture.nsight`. A torch variant profiled on CUDA with memory profiling also
+table); see `workbench.profiling.registry`. A torch variant profiled on CUDA with memory profiling also
 gets the caching allocator's snapshot merged into its memory table (`workbench.trace.cuda_snapshot`).
 A TensorRT variant's IProfiler layer timings (taken after its measured iterations) are merged into its trace
 as `layer` events carrying the engine inspector's fusion facts, and its ONNX graphs and timing cache go to
@@ -29,9 +29,6 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 import pyarrow as pa
 import torch
 
-from workbench.analysis.fusion import OPTIMIZED_HLO
-from workbench.analysis.hlo_cost import attach_hlo_costs
-from workbench.analysis.trt_fusion import artifact_fusions
 from workbench.backends import (
     REFERENCE,
     LatencyStats,
@@ -40,40 +37,33 @@ from workbench.backends import (
     Variant,
     Workload,
     compare,
+    get_backend,
     get_variant,
 )
 from workbench.backends.benchmark import benchmark_until_clean
 from workbench.backends.devices import torch_supports
-from workbench.capture import (
-    ProfiledRun,
-    ProfileSettings,
-    attach_flops,
-    environment,
-    phase,
-    prepare_variant,
-    profile_variant,
-    progress_units,
-)
-from workbench.capture.nsight import (
-    DEFAULT_LAUNCH_COUNT,
-    FRAMEWORK,
-    PROFILERS,
-    ChildSpec,
-    check_profiler,
-    profile_with_ncu,
-    profile_with_nsys,
-)
 from workbench.errors import WorkbenchError
 from workbench.models import LoadedModel, load_model
 from workbench.paths import traces_root
+from workbench.profiling import (
+    FRAMEWORK,
+    ProfiledRun,
+    ProfileSettings,
+    attach_flops,
+    check_profiler,
+    environment,
+    get_profiler,
+    phase,
+    prepare_variant,
+    profilers,
+    progress_units,
+)
+from workbench.profiling.child import ChildSpec
+from workbench.profiling.registry import DEFAULT_LAUNCH_COUNT, ProfileRequest
 from workbench.trace import Trace, read_trace
 from workbench.trace.bundle import new_run_id, utc_now, write_bundle
 from workbench.trace.cuda_snapshot import with_cuda_snapshot
 from workbench.trace.experiment import write_experiment
-from workbench.trace.trt_layers import merge_layer_times
-
-XPROF_DIR = "xprof"
-"""Bundle folder of a JAX run's XProf tool data (trace viewer, memory viewer, graph viewer...)."""
 
 DEFAULT_VARIANTS = ("eager", "bf16", "compile", "int8")
 """The variants of the default experiment (the README's first command)."""
@@ -116,8 +106,9 @@ class ExperimentSettings:
     `warmup` and `iterations` are rounds of the interleaved benchmark; `profile_settings` shapes the
     separate profiled run of each variant. `threads` sets torch's intra-op threads for the
     experiment (restored after); None leaves torch's setting. `model_overrides` go to `load_model`.
-    `profiler` is one of PROFILERS (see the module docstring); `kernel_name` (ncu's filter: a name or
-    `regex:<expression>`) and `launch_count` choose the kernel launches Nsight Compute profiles.
+    `profiler` is a registered profiler (`workbench.profiling.profilers()`, see the module docstring);
+    `kernel_name` (ncu's filter: a name or `regex:<expression>`) and `launch_count` choose the kernel
+    launches Nsight Compute profiles.
     """
 
     model: str = "tiny-gpt"
@@ -143,8 +134,8 @@ class ExperimentSettings:
         repeated = sorted({name for name in self.variants if self.variants.count(name) > 1})
         if repeated:
             raise WorkbenchError(f"variant(s) listed more than once: {', '.join(repeated)}")
-        if self.profiler not in PROFILERS:
-            raise WorkbenchError(f"unknown profiler {self.profiler!r}; choose one of {', '.join(PROFILERS)}")
+        if self.profiler not in profilers():
+            raise WorkbenchError(f"unknown profiler {self.profiler!r}; choose one of {', '.join(profilers())}")
         for key, minimum, optional in (("warmup", 0, False), ("iterations", 1, False), ("threads", 1, True),
                                        ("launch_count", 1, False)):
             value = getattr(self, key)
@@ -251,8 +242,10 @@ class _VariantRun(RunFailure):
     stats: LatencyStats | None = None
     profiled: ProfiledRun | None = None
     tables: dict[str, pa.Table] = field(default_factory=dict)
-    xprof: dict[str, Any] | None = None
-    xprof_dir: Path | None = None
+    folders: dict[str, Path] = field(default_factory=dict)
+    """Bundle folders the backend's enrichers made (bundle name → folder in the profile folder)."""
+    enriched_info: dict[str, Any] = field(default_factory=dict)
+    """run.json fields the backend's enrichers added."""
 
     @property
     def subject(self) -> str:
@@ -412,33 +405,31 @@ class _Experiment:
             return self._write(run, trace)
 
     def _profile(self, run: _VariantRun, folder: Path) -> Trace | None:
-        """The trace of `run`'s profiled lifecycle, FLOPs attached; None (and `run` failed) if it raised."""
+        """The trace of `run`'s profiled lifecycle under the chosen profiler, FLOPs attached, completed by
+        what the profiler adds and, for a framework trace, by the backend's enrichers; None (and `run`
+        failed) if it raised."""
         task = f"profile {run.variant.name}"
-        self.progress.start(task, progress_units(self.settings.profile_settings))
         s = self.settings
+        self.progress.start(task, progress_units(s.profile_settings))
+        tool = get_profiler(s.profiler)
+        request = ProfileRequest(run.variant, self.loaded, self.inputs, folder, s.profile_settings,
+                                 self._child_spec(run), lambda n: self.progress.advance(task, n),
+                                 kernel_name=s.kernel_name, launch_count=s.launch_count)
         try:
-            if s.profiler == "nsys":
-                run.profiled = profile_with_nsys(self._child_spec(run), folder)
-                self.progress.advance(task, progress_units(s.profile_settings))
-            else:
-                run.profiled = profile_variant(run.variant, self.loaded, self.inputs, folder, s.profile_settings,
-                                               on_progress=lambda: self.progress.advance(task))
+            run.profiled = tool.profile(request)
             trace = attach_flops(read_trace(run.profiled.trace_path), run.profiled.op_flops)
             trace, run.tables = with_cuda_snapshot(trace, run.profiled.memory_snapshot)
-            if s.profiler == "ncu":
-                kernels = profile_with_ncu(self._child_spec(run), folder, kernel_name=s.kernel_name,
-                                           launch_count=s.launch_count)
-                run.tables["kernel_metrics"] = kernels.metrics
-                run.profiled = replace(run.profiled, raw_paths=(*run.profiled.raw_paths, *kernels.raw_paths),
-                                       notes={**run.profiled.notes, "ncu": kernels.notes})
-            if run.variant.backend == "jax" and s.profiler != "nsys":  # nsys: the trace is the SQLite export
-                trace = attach_hlo_costs(trace, run.profiled.artifacts[OPTIMIZED_HLO])
-                run.xprof_dir = folder / XPROF_DIR
-                run.xprof = _xprof_tool_data(run.profiled.trace_path, run.xprof_dir)
-            if run.profiled.layer_times is not None:  # TensorRT: IProfiler runs, after the measured steps
-                device = run.profiled.notes.get("device", run.variant.device)
-                trace = merge_layer_times(trace, run.profiled.layer_times, device, engine=run.variant.name,
-                                          layers=artifact_fusions(run.profiled.artifacts))
+            if tool.adds is not None:
+                added = tool.adds(request)
+                run.tables.update(added.tables)
+                run.profiled = replace(run.profiled, raw_paths=(*run.profiled.raw_paths, *added.raw_paths),
+                                       notes={**run.profiled.notes, tool.name: dict(added.notes)})
+            if tool.framework_trace:
+                for enrich in get_backend(run.variant.backend).enrichers:
+                    enriched = enrich(trace, run.variant, run.profiled, folder)
+                    trace = enriched.trace
+                    run.folders.update(enriched.folders)
+                    run.enriched_info.update(enriched.info)
             return trace
         except Exception as exc:
             run.fail("profiling", exc)
@@ -458,11 +449,7 @@ class _Experiment:
         raw = list(run.profiled.raw_paths) if run.profiled else []
         artifacts = run.profiled.artifacts if run.profiled and run.profiled.artifacts else run.artifacts
         texts = {f"compile/{name}": text for name, text in artifacts.items()}
-        tools = run.xprof_dir
-        folders = {XPROF_DIR: tools} if tools is not None and tools.is_dir() else {}
-        compiled = run.profiled.compile_dir if run.profiled else None  # TensorRT: ONNX graphs, timing cache
-        if compiled is not None and compiled.is_dir():
-            folders["compile"] = compiled
+        folders = {name: path for name, path in run.folders.items() if path.is_dir()}
         with phase("write", self.timings):
             path = write_bundle(self.root, run.run_id, self._info(run), trace, raw_files=raw, move_raw=True,
                                 texts=texts, folders=folders, tables=run.tables if trace is not None else None)
@@ -474,9 +461,9 @@ class _Experiment:
         s, loaded, profiled = self.settings, self.loaded, run.profiled
         capture = None
         if s.profile:
-            profiler = "jax.profiler" if run.variant.backend == "jax" else "torch.profiler"
-            profiler = {"nsys": "nsys", "ncu": f"{profiler} + ncu"}.get(s.profiler, profiler)
-            capture = {"profiler": profiler, "settings": s.profile_settings.to_dict(),
+            framework = get_backend(run.variant.backend).framework_profiler
+            capture = {"profiler": get_profiler(s.profiler).label.format(framework=framework),
+                       "settings": s.profile_settings.to_dict(),
                        "notes": profiled.notes if profiled else None}
         return {
             "status": "ok" if run.ok else "failed",
@@ -499,7 +486,7 @@ class _Experiment:
             "notes": run.notes,
             "phases_ms": {"setup": run.setup_ms, "profiled": profiled.phases_ms if profiled else None},
             "capture": capture,
-            "xprof": run.xprof,
+            "xprof": run.enriched_info.get("xprof"),
             "device_properties": self.device_properties(run),
             "op_flops": profiled.op_flops if profiled else None,
         }
@@ -539,19 +526,6 @@ class _Experiment:
         reference_p50 = next((run.stats.p50 for run in runs if run.variant.name == REFERENCE and run.stats), None)
         return ExperimentResult(self.experiment_id, path,
                                 tuple(_result(run, paths[run.variant.name], reference_p50) for run in runs))
-
-
-def _xprof_tool_data(run_folder: Path, out: Path) -> dict[str, Any]:
-    """XProf's tool data for the XSpace in `run_folder`, written under `out`; its index for run.json.
-    The tools are extras beside the trace: when they cannot be made, the index says why and the run
-    stays ok."""
-    from workbench.capture.xprof_tools import export_tool_data
-
-    (xspace, *_) = sorted(run_folder.glob("*.xplane.pb"))
-    try:
-        return {"tools": export_tool_data(xspace, out)}
-    except WorkbenchError as exc:
-        return {"tools": {}, "error": str(exc)}
 
 
 def model_info(ref: str, loaded: LoadedModel) -> dict[str, Any]:

@@ -173,7 +173,7 @@ def _trace(run: RunRef | Trace | Sequence[RunRef], root: str | Path | None, what
 
 def _bundles(runs: RunRef | Sequence[RunRef], root: str | Path | None) -> list[Bundle]:
     """Bundles from bundles, run ids, bundle paths or experiment ids."""
-    from workbench.report import resolve_runs
+    from workbench.trace.resolve import resolve_runs
 
     items = [runs] if isinstance(runs, (str, Path, Bundle)) else list(runs)
     bundles: list[Bundle] = []

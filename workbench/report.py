@@ -12,27 +12,7 @@ from bokeh.models import LayoutDOM, TabPanel, Tabs
 from bokeh.resources import INLINE
 
 from workbench.analysis.summary import display_name
-from workbench.errors import BundleError, WorkbenchError
-from workbench.trace.bundle import Bundle, open_bundle
-from workbench.trace.experiment import read_experiment
-
-
-def resolve_runs(refs: Sequence[str | Path], root: Path) -> list[Bundle]:
-    """The bundles named by run ids, bundle paths or experiment ids (which expand to their runs)."""
-    bundles: list[Bundle] = []
-    for ref in refs:
-        try:
-            bundles.append(open_bundle(ref, root))
-            continue
-        except BundleError as run_error:
-            try:
-                experiment = read_experiment(root, str(ref))
-            except BundleError:
-                raise run_error from None
-        bundles.extend(open_bundle(run_id, root) for run_id in experiment.run_ids)
-    if not bundles:
-        raise WorkbenchError("nothing to report: name at least one run or experiment")
-    return bundles
+from workbench.trace.bundle import Bundle
 
 
 def report_layout(bundles: Sequence[Bundle]) -> LayoutDOM:

@@ -3,9 +3,10 @@ time per profiled step, so `jax-jit` sits beside `jax-nofusion`, torch `eager` b
 TensorRT variants (whose engine inspector JSON says what each layer fused, `workbench.analysis.trt_fusion`)
 beside both in one table.
 
-HLO side (pure text parsing, no jax): `hlo_fusions` lists the fusion instructions of the computations that
-run (the entry and the while bodies / conditional branches / called computations below it) with the ops
-fused into each; `hlo_summary` counts fusions, unfused ops and kernels (launch units).
+HLO side (no jax; the text parsed by `workbench.trace.hlo_text`): `hlo_fusions` lists the fusion
+instructions of the computations that run (the entry and the while bodies / conditional branches / called
+computations below it) with the ops fused into each; `hlo_summary` counts fusions, unfused ops and kernels
+(launch units).
 
 A fusion whose computation holds one real op is no fusion of several ops: XLA:CPU wraps every op left
 alone into such a one-instruction fusion (`%wrapped_tanh = ... fusion(...), kind=kLoop,
@@ -23,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -45,6 +46,7 @@ from workbench.analysis.trt_fusion import (
 from workbench.errors import WorkbenchError
 from workbench.trace import Trace
 from workbench.trace.bundle import Bundle
+from workbench.trace.hlo_text import CONTROL_FLOW, PLUMBING, HloComputation, HloInstruction, HloModule, parse_hlo
 
 OPTIMIZED_HLO = "optimized.hlo.txt"
 """A JAX run's post-optimization HLO in its bundle's compile/ folder (`jax_backend.ARTIFACTS`)."""
@@ -52,152 +54,16 @@ OPTIMIZED_HLO = "optimized.hlo.txt"
 FUSION_KINDS = {"kLoop": "loop", "kInput": "input", "kOutput": "output", "kCustom": "custom"}
 """XLA's fusion kinds, by the name HLO text gives them."""
 
-FUSED_PLUMBING = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
-"""Instructions of a fused computation that are no op of their own (inputs, literals, reinterpretation)."""
-
-PLUMBING = FUSED_PLUMBING | frozenset({
-    "after-all", "add-dependency", "opt-barrier", "domain", "partition-id", "replica-id", "copy-start",
-    "copy-done", "async-done", "async-update", "send-done", "recv-done",
-})
-"""Instructions of an executed computation that launch no kernel (plumbing, async waits); so does every
-`*-done` / `*-update` half of an asynchronous pair."""
-
-CONTROL_FLOW = {"while": ("condition", "body"), "conditional": ("branch_computations", "true_computation",
-                "false_computation"), "call": ("to_apply",), "async-start": ("calls",)}
-"""Control-flow opcodes and the attributes naming the computations they run (whose ops are kernels)."""
-
 FUSION_COLUMNS = ("name", "computation", "kind", "calls", "fused_ops", "n_ops", "single_op", "shape",
                   "custom_kind", "op_name")
 TABLE_COLUMNS = ("variant", "framework", "steps", "kernels", "fusions", "fused_ops", "unfused_ops",
                  "elementwise_ops", "hlo_kernels", "kernel_ns", "step_ns", "bytes_accessed", "flops")
 
-_COMPUTATION = re.compile(r"^(?P<entry>ENTRY\s+)?%?(?P<name>[\w.\-$]+)\s*(?:\(.*\)\s*->.*)?\{\s*$")
-_INSTRUCTION = re.compile(r"^\s*(?P<root>ROOT\s+)?%?(?P<name>[\w.\-$]+)\s*=\s*(?P<rest>\S.*)$")
-_OPCODE = re.compile(r"([\w\-]+)\(")
-_REFERENCE = re.compile(r"%?([\w.\-$]+)")
-_OPERAND = re.compile(r"%([\w.\-$]+)\s*$")  # `%name`, or `f32[8]{0} %name` in older HLO text
-_MODULE = re.compile(r"^HloModule\s+([^\s,]+)")
 _OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
 _CONFIG_KIND = re.compile(r'\\?"kind\\?"\s*:\s*\\?"([^"\\]+)')
-_CLOSERS = {"(": ")", "{": "}", "[": "]"}
 _GRAPH_CALL = "CompiledFxGraph"
 _COMPILED_REGION = "Torch-Compiled Region"
 _TORCH_RUNTIME = re.compile(r"TorchDynamo|Torch-Compiled Region|CompiledFxGraph|Pregraph bytecode|AOTDispatcher")
-
-
-@dataclass(frozen=True)
-class HloInstruction:
-    """One instruction line: `[ROOT] %name = shape opcode(operands), attr=value, ...`."""
-
-    name: str
-    opcode: str
-    shape: str
-    attrs: Mapping[str, str]
-    root: bool
-    line: int
-    operands: tuple[str, ...] = ()
-
-    def references(self, attribute: str) -> list[str]:
-        """Computation names an attribute refers to (`calls=%c`, `branch_computations={%a, %b}`)."""
-        value = self.attrs.get(attribute, "").strip().strip("{}")
-        return [m[1] for part in value.split(",") if (m := _REFERENCE.fullmatch(part.strip()))]
-
-
-@dataclass(frozen=True)
-class HloComputation:
-    """A computation: its name, whether it is the module's ENTRY, and its instructions in order."""
-
-    name: str
-    entry: bool
-    instructions: tuple[HloInstruction, ...]
-
-
-@dataclass(frozen=True)
-class HloModule:
-    """An HLO module parsed from text: its name (if the header gives one) and its computations by name."""
-
-    name: str | None
-    computations: Mapping[str, HloComputation]
-
-    @property
-    def entry(self) -> HloComputation:
-        """The ENTRY computation (`parse_hlo` makes sure there is exactly one)."""
-        return next(c for c in self.computations.values() if c.entry)
-
-    def computation(self, name: str, user: HloInstruction) -> HloComputation:
-        """The computation `name`, which `user` calls; an error naming both when the text lacks it."""
-        try:
-            return self.computations[name]
-        except KeyError:
-            raise WorkbenchError(f"HLO line {user.line}: %{user.name} calls %{name}, which is not in the module") \
-                from None
-
-    def executed(self) -> Iterator[HloComputation]:
-        """The entry, then every computation that control flow below it runs (while bodies and conditions,
-        conditional branches, called and async computations), each once; fused and reducer computations
-        are not among them."""
-        seen: set[str] = set()
-        todo = [self.entry]
-        while todo:
-            computation = todo.pop(0)
-            if computation.name in seen:
-                continue
-            seen.add(computation.name)
-            yield computation
-            for inst in computation.instructions:
-                for attribute in CONTROL_FLOW.get(inst.opcode, ()):
-                    todo.extend(self.computation(name, inst) for name in inst.references(attribute))
-
-    def fused_opcodes(self, computation: HloComputation, user: HloInstruction, depth: int = 0) -> list[str]:
-        """Opcodes of the real ops of a fused computation, nested fusions expanded, in text order."""
-        if depth > len(self.computations):
-            raise WorkbenchError(f"HLO line {user.line}: %{user.name} calls itself through nested fusions")
-        ops: list[str] = []
-        for inst in computation.instructions:
-            if inst.opcode == "fusion":
-                for name in inst.references("calls"):
-                    ops.extend(self.fused_opcodes(self.computation(name, inst), inst, depth + 1))
-            elif inst.opcode not in FUSED_PLUMBING:
-                ops.append(inst.opcode)
-        return ops
-
-
-def parse_hlo(hlo_text: str) -> HloModule:
-    """Parse HLO module text (`compiled.as_text()`, `HloModule.to_string()`); malformed text raises
-    WorkbenchError naming the line and the problem."""
-    if not isinstance(hlo_text, str) or not hlo_text.strip():
-        raise WorkbenchError("HLO text is empty")
-    module_name: str | None = None
-    computations: dict[str, HloComputation] = {}
-    current: tuple[str, bool, int] | None = None
-    instructions: list[HloInstruction] = []
-    for number, line in enumerate(hlo_text.splitlines(), start=1):
-        stripped = line.strip()
-        if current is None:
-            if module_name is None and (header := _MODULE.match(stripped)):
-                module_name = header[1]
-            elif (opening := _COMPUTATION.match(line)) and not line[:1].isspace():
-                current = (opening["name"], bool(opening["entry"]), number)
-                instructions = []
-            continue
-        if stripped == "}":
-            name, entry, _ = current
-            if name in computations:
-                raise WorkbenchError(f"HLO line {number}: computation %{name} is defined twice")
-            computations[name] = HloComputation(name, entry, tuple(instructions))
-            current = None
-        elif stripped:
-            instructions.append(_instruction(line, number))
-    if current is not None:
-        raise WorkbenchError(f"HLO text ends inside computation %{current[0]} (opened on line {current[2]}, "
-                             "no closing '}')")
-    entries = [c.name for c in computations.values() if c.entry]
-    if not entries:
-        problem = "no computations" if not computations else "no ENTRY computation"
-        raise WorkbenchError(f"HLO text has {problem} (is it HLO module text, e.g. compiled.as_text()?)")
-    if len(entries) > 1:
-        raise WorkbenchError(f"HLO text has {len(entries)} ENTRY computations: {', '.join(entries)}")
-    return HloModule(module_name, computations)
 
 
 def hlo_fusions(hlo_text: str) -> pd.DataFrame:
@@ -522,86 +388,6 @@ def _fusion_row(module: HloModule, computation: HloComputation, inst: HloInstruc
     return {"name": inst.name, "computation": computation.name, "kind": kind, "calls": called[0],
             "fused_ops": ", ".join(ops), "n_ops": len(ops), "single_op": len(ops) <= 1, "shape": inst.shape,
             "custom_kind": custom_kind, "op_name": op_name[1] if op_name else None}
-
-
-def _instruction(line: str, number: int) -> HloInstruction:
-    """Parse one instruction line; an error naming the line when it is none."""
-    head = _INSTRUCTION.match(line)
-    if head is None:
-        raise WorkbenchError(f"HLO line {number}: not an instruction: {line.strip()[:120]!r}")
-    rest = head["rest"]
-    try:
-        shape_end = _closing(rest, 0) + 1 if rest.startswith("(") else len(rest.split(None, 1)[0])
-        shape, rest = rest[:shape_end], rest[shape_end:].lstrip()
-        opcode = _OPCODE.match(rest)
-        if opcode is None:
-            raise ValueError("no opcode(operands) after the shape")
-        operands_end = _closing(rest, opcode.end() - 1)
-        operands = tuple(m[1] for part in _split_top(rest[opcode.end():operands_end])
-                         if (m := _OPERAND.search(part)))
-        attrs: dict[str, str] = {}
-        tail = rest[operands_end + 1:].strip()
-        if tail and not tail.startswith(","):
-            raise ValueError(f"unexpected text after the operands: {tail[:40]!r}")
-        for part in _split_top(tail[1:]):
-            key, _, value = part.partition("=")
-            attrs[key.strip()] = value.strip()
-    except ValueError as exc:
-        raise WorkbenchError(f"HLO line {number}: malformed instruction %{head['name']}: {exc}") from None
-    return HloInstruction(head["name"], opcode[1], shape, attrs, bool(head["root"]), number, operands)
-
-
-def _closing(text: str, start: int) -> int:
-    """Index of the bracket closing the one at `start`, skipping nested brackets and quoted strings."""
-    stack: list[str] = []
-    quoted = False
-    i = start
-    while i < len(text):
-        char = text[i]
-        if quoted:
-            if char == "\\":
-                i += 1
-            elif char == '"':
-                quoted = False
-        elif char == '"':
-            quoted = True
-        elif char in _CLOSERS:
-            stack.append(_CLOSERS[char])
-        elif char in ")}]":
-            if not stack or stack.pop() != char:
-                raise ValueError(f"unbalanced {char!r} at column {i}")
-            if not stack:
-                return i
-        i += 1
-    raise ValueError(f"unclosed {text[start]!r}")
-
-
-def _split_top(text: str) -> list[str]:
-    """Split on the commas outside brackets and quoted strings; empty parts dropped."""
-    parts, depth, quoted, start, i = [], 0, False, 0, 0
-    while i < len(text):
-        char = text[i]
-        if quoted:
-            if char == "\\":
-                i += 1
-            elif char == '"':
-                quoted = False
-        elif char == '"':
-            quoted = True
-        elif char in _CLOSERS:
-            depth += 1
-        elif char in ")}]":
-            depth -= 1
-            if depth < 0:
-                raise ValueError(f"unbalanced {char!r} in the attributes")
-        elif char == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-        i += 1
-    if depth or quoted:
-        raise ValueError("unclosed bracket or string in the attributes")
-    parts.append(text[start:])
-    return [p.strip() for p in parts if p.strip()]
 
 
 def _step_of(times: np.ndarray, windows: pd.DataFrame) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Profiled steps of a trace: where each measured iteration starts and ends.
 
-The workbench labels each measured iteration `step N` (`workbench.capture.phases.step_label`), torch's
+The workbench labels each measured iteration `step N` (`workbench.profiling.phases.step_label`), torch's
 profiler adds `ProfilerStep#N` around the same iterations and XProf captures mark them with
 `StepTraceAnnotation` (a `step_num` in args): one family is picked so each step counts once.
 """
@@ -19,7 +19,7 @@ from workbench.trace import Trace
 STEP_NAME = re.compile(r"^(step \d+|ProfilerStep#\d+)$")
 """Names of step annotations: the workbench's own and torch.profiler's."""
 
-_OWN_STEP = re.compile(r"^step \d+$")  # `workbench.capture.phases.step_label` (not imported: it loads torch)
+_OWN_STEP = re.compile(r"^step \d+$")  # `workbench.profiling.phases.step_label` (not imported: it loads torch)
 
 
 def step_windows(trace: Trace) -> pd.DataFrame:

@@ -28,7 +28,7 @@ STEP_NAME = re.compile(r"(ProfilerStep#\d+|step[ #_]?\d+)", re.IGNORECASE)
 """Annotation names that mark one iteration (torch.profiler's and the workbench's own)."""
 
 PHASE_NAMES = frozenset({"load", "compile", "warmup", "measure"})
-"""Annotation names of the workbench's lifecycle phases (see `workbench.capture.phases`)."""
+"""Annotation names of the workbench's lifecycle phases (see `workbench.profiling.phases`)."""
 
 SPAN_COLUMNS = ("row", "lane", "depth", "start_ns", "end_ns", "dur_ns", "name", "kind", "shapes", "flops",
                 "launcher", "launched")

@@ -1,7 +1,8 @@
 """Optimized inference paths, their benchmark harness and numerics checks.
 
-A `Variant` names a path (backend × precision × compile × device × batch); `prepare` turns one
-plus a `LoadedModel` into a `PreparedVariant`; `run_benchmark` times several of them interleaved;
+A `Variant` names a path (backend × precision × compile × device × batch); each backend is one module
+behind `workbench.backends.registry` that declares its variants and prepares them; `prepare` turns a
+variant plus a `LoadedModel` into a `Prepared` through its backend; `run_benchmark` times several interleaved;
 `compare` measures how far a variant's output is from the fp32 eager reference. Nothing here
 probes hardware at import.
 """
@@ -17,24 +18,27 @@ from workbench.backends.benchmark import (
 )
 from workbench.backends.devices import available_devices, resolve_device
 from workbench.backends.numerics import Numerics, compare
-from workbench.backends.prepare import Prepared, PreparedVariant, prepare
+from workbench.backends.prepared import Prepared
 from workbench.backends.quantize import quantize_int8_dynamic, quantize_int8_weight_only, torchao_available
-from workbench.backends.variants import REFERENCE, Variant, get_variant, list_variants
+from workbench.backends.registry import BackendSpec, backends, get_backend, get_variant, list_variants, prepare
+from workbench.backends.variants import REFERENCE, Variant
 
 __all__ = [
     "REFERENCE",
+    "BackendSpec",
     "CudaEventTimer",
     "LatencyStats",
     "Numerics",
     "Prepared",
-    "PreparedVariant",
     "ProgressCallback",
     "Timer",
     "Variant",
     "WallClockTimer",
     "Workload",
     "available_devices",
+    "backends",
     "compare",
+    "get_backend",
     "get_variant",
     "list_variants",
     "prepare",

@@ -17,15 +17,21 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from workbench.backends.benchmark import WallClockTimer
+from workbench.backends.registry import BackendSpec, Enriched, register_backend
 from workbench.backends.variants import Variant
-from workbench.errors import MissingDependency, VariantUnavailable
+from workbench.errors import MissingDependency, VariantUnavailable, WorkbenchError
 from workbench.models import LoadedModel
+
+if TYPE_CHECKING:
+    from workbench.profiling.result import ProfiledRun
+    from workbench.trace import Trace
 
 FUSION_OFF = {
     "xla_disable_hlo_passes": "fusion,cpu-instruction-fusion,loop-fusion,multi_output_fusion,"
@@ -184,9 +190,10 @@ def _output_as_float32(apply: Any) -> Any:
     return wrapped
 
 
-def prepare_jax(variant: Variant, loaded: LoadedModel) -> PreparedJaxVariant:
+def prepare_jax(variant: Variant, loaded: LoadedModel, *, kernel_profile: bool = False) -> PreparedJaxVariant:
     """A runnable JAX port of `loaded` for `variant`; VariantUnavailable when the model has no JAX
-    port, the device has no JAX backend, or the precision cannot run on it (fp16 on TPU)."""
+    port, the device has no JAX backend, or the precision cannot run on it (fp16 on TPU).
+    `kernel_profile` changes nothing: XLA's kernels are named in its traces anyway."""
     jax = _jax()
     from workbench.models.jax_port import jax_model
 
@@ -210,3 +217,51 @@ def prepare_jax(variant: Variant, loaded: LoadedModel) -> PreparedJaxVariant:
         "compile": "xla",
     }
     return PreparedJaxVariant(variant, _output_as_float32(model.apply), params, device, notes)
+
+
+XPROF_DIR = "xprof"
+"""Bundle folder of a JAX run's XProf tool data (trace viewer, memory viewer, graph viewer...)."""
+
+
+def with_hlo_costs(trace: Trace, variant: Variant, profiled: ProfiledRun, folder: Path) -> Enriched:
+    """The trace's XLA ops with the FLOPs, transcendentals and bytes of their instructions in the
+    optimized HLO (`workbench.analysis.hlo_cost`)."""
+    from workbench.analysis.hlo_cost import attach_hlo_costs
+
+    return Enriched(attach_hlo_costs(trace, profiled.artifacts[ARTIFACTS["optimized"]]))
+
+
+def with_xprof_tools(trace: Trace, variant: Variant, profiled: ProfiledRun, folder: Path) -> Enriched:
+    """XProf's tool data for the run's XSpace, written to `folder/xprof` (the bundle's xprof/) and indexed
+    in run.json's `xprof`. The tools are extras beside the trace: when they cannot be made, the index says
+    why and the run stays ok."""
+    from workbench.profiling.xprof_tools import export_tool_data
+
+    out = folder / XPROF_DIR
+    (xspace, *_) = sorted(Path(profiled.trace_path).glob("*.xplane.pb"))
+    try:
+        index: dict[str, Any] = {"tools": export_tool_data(xspace, out)}
+    except WorkbenchError as exc:
+        index = {"tools": {}, "error": str(exc)}
+    return Enriched(trace, folders={XPROF_DIR: out} if out.is_dir() else {}, info={"xprof": index})
+
+
+VARIANTS = (
+    Variant("jax-jit", backend="jax", compile="xla", description="the model's JAX port, fp32, jax.jit (XLA)"),
+    Variant(
+        "jax-jit-bf16", backend="jax", precision="bf16", compile="xla",
+        description="the JAX port with bfloat16 weights and activations, jax.jit (XLA)",
+    ),
+    Variant(
+        "jax-jit-fp16", backend="jax", precision="fp16", compile="xla",
+        description="the JAX port with float16 weights and activations, jax.jit (XLA; not on TPU)",
+    ),
+    Variant(
+        "jax-nofusion", backend="jax", compile="xla", fusion=False,
+        description="the JAX port, fp32, jax.jit with XLA's fusion passes disabled",
+    ),
+)
+"""The JAX variants (on the built-in models' JAX ports)."""
+
+register_backend(BackendSpec("jax", VARIANTS, prepare_jax, framework_profiler="jax.profiler",
+                             enrichers=(with_hlo_costs, with_xprof_tools)))

@@ -51,3 +51,18 @@ def parse_quantity(value: object, family: str) -> float:
     if not math.isfinite(number) or number < 0:
         raise UnitError(f"{value!r} must be a finite, non-negative {family} value")
     return number
+
+
+_BYTE_UNITS = {True: (1024, ("B", "KiB", "MiB", "GiB", "TiB")), False: (1000, ("B", "kB", "MB", "GB", "TB"))}
+
+
+def format_bytes(n: float, *, binary: bool = True) -> str:
+    """A byte count as people read it: binary units to one decimal ("1.5 MiB", "512 B"), or with
+    `binary=False` decimal units to three significant digits ("8.03 GB", the hardware table's convention)."""
+    base, units = _BYTE_UNITS[binary]
+    power = 0
+    while power < len(units) - 1 and abs(n) >= base ** (power + 1):
+        power += 1
+    if binary:
+        return f"{n} B" if power == 0 else f"{n / base ** power:.1f} {units[power]}"
+    return f"{n / base ** power:.3g} {units[power]}"

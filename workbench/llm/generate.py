@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import torch
 
 from workbench.backends.devices import synchronize
-from workbench.capture.phases import phase
 from workbench.errors import WorkbenchError
 from workbench.llm.kv_cache import KVCache
 from workbench.llm.metrics import StepTimes
 from workbench.models.tiny_gpt import TinyGPT
+from workbench.profiling.phases import phase
 
 PREFILL = "prefill"
 """Label of the prefill step."""

@@ -35,7 +35,6 @@ import torch
 from workbench.analysis.breakdown import phase_window
 from workbench.backends.benchmark import LatencyStats, WallClockTimer, Workload, benchmark_until_clean
 from workbench.backends.devices import resolve_device, synchronize
-from workbench.capture import ProfileSettings, TorchProfilerSession, attach_flops, environment, phase
 from workbench.errors import WorkbenchError
 from workbench.experiment import ExperimentResult, NullProgress, Progress, RunFailure, model_info, torch_threads
 from workbench.llm.generate import Generation, generate
@@ -46,6 +45,8 @@ from workbench.llm.speculative import SpeculativeGeneration, first_layers_draft,
 from workbench.models import LoadedModel, load_model
 from workbench.models.tiny_gpt import ATTENTION_KINDS, TinyGPT, attention_kind
 from workbench.paths import traces_root
+from workbench.profiling import ProfileSettings, attach_flops, environment, phase
+from workbench.profiling.session import SessionContext, open_session
 from workbench.trace import Trace, read_trace
 from workbench.trace.bundle import new_run_id, utc_now, write_bundle
 from workbench.trace.experiment import write_experiment
@@ -378,8 +379,8 @@ class _Sweep:
         with tempfile.TemporaryDirectory(prefix=f".profile-{run.name}-", dir=self.root) as tmp:
             try:
                 with phase(f"profile {run.name}", self.timings):
-                    session = TorchProfilerSession(tmp, run.name, self.settings.profile_settings,
-                                                   device_type=self.device.type)
+                    session = open_session("torch.profiler", tmp, run.name, self.settings.profile_settings,
+                                           SessionContext(self.device.type))
                     with session, phase("measure", run.phases_ms):
                         run.once()
                 assert session.trace_path is not None

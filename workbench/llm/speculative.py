@@ -29,12 +29,12 @@ import torch
 from torch import nn
 
 from workbench.backends.devices import synchronize
-from workbench.capture.phases import phase
 from workbench.errors import WorkbenchError
 from workbench.llm.generate import PREFILL, check_request, decode_label, model_device
 from workbench.llm.kv_cache import KVCache
 from workbench.llm.metrics import StepTimes
 from workbench.models.tiny_gpt import TinyGPT
+from workbench.profiling.phases import phase
 
 DRAFT, VERIFY = "draft", "verify"
 """Labels of a round's two parts, nested in its `decode N`."""

@@ -71,3 +71,21 @@ KINDS = (
 
 DEVICE_KINDS = frozenset({"kernel", "memcpy", "memset", "hlo", "module", "layer"})
 """Kinds that run on an accelerator (and so may have a `launcher`)."""
+
+PHASE_LOAD, PHASE_COMPILE, PHASE_WARMUP, PHASE_MEASURE = "load", "compile", "warmup", "measure"
+"""The workbench's lifecycle phase labels, as annotations in every trace it captures: preparing a variant,
+its first (compiling) call, warm-up iterations, and the measured iterations (one `step N` each)."""
+
+SETUP_PHASES = (PHASE_LOAD, PHASE_COMPILE)
+"""The phases that make a variant runnable."""
+
+LIFECYCLE_PHASES = (*SETUP_PHASES, PHASE_WARMUP, PHASE_MEASURE)
+"""The phases of a variant's profiled lifecycle, in order."""
+
+STEP_PREFIX = "step "
+"""Label of a measured iteration: `step N` (0-based)."""
+
+
+def step_label(n: int) -> str:
+    """The label of the n-th (0-based) measured iteration."""
+    return f"{STEP_PREFIX}{n}"

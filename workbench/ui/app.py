@@ -168,8 +168,8 @@ class Workbench(widgets.VBox):
         """Show runs (bundles, run ids, bundle paths or experiment ids under the app's root): their
         comparison when there are several, and the dashboard of the one the picker names."""
         from workbench.analysis.summary import display_name
-        from workbench.report import resolve_runs
         from workbench.trace.bundle import Bundle
+        from workbench.trace.resolve import resolve_runs
         from workbench.views.compare import compare
 
         bundles: list[Bundle] = []

@@ -9,15 +9,11 @@ import pandas as pd
 from bokeh.layouts import column, row
 from bokeh.models import (
     ColumnDataSource,
-    DataTable,
     Div,
     FactorRange,
     HoverTool,
-    NumberFormatter,
     Paragraph,
     Range1d,
-    StringFormatter,
-    TableColumn,
 )
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
@@ -33,6 +29,7 @@ from workbench.analysis.fusion import fusion_inputs, fusion_table
 from workbench.analysis.timeline import count_spans
 from workbench.trace import Trace
 from workbench.trace.bundle import Bundle
+from workbench.views._table import data_table, frame_source
 from workbench.views.timeline import timeline
 
 SUMMARY_COLUMNS = [
@@ -108,7 +105,7 @@ def latency_figure(bundles: Sequence[Bundle], colors: dict[str, str], *, width: 
     stats.columns = ["p5", "q1", "median", "q3", "p95"]
     stats = stats.reset_index()
     stats["color"] = stats["variant"].map(colors)
-    boxes = _source(stats)
+    boxes = frame_source(stats)
     fig.segment("variant", "p5", "variant", "p95", source=boxes, line_color="black")
     bars = fig.vbar("variant", 0.6, top="q3", bottom="q1", source=boxes, fill_color="color", fill_alpha=0.5,
                     line_color="black")
@@ -136,26 +133,8 @@ def speedup_figure(table: pd.DataFrame, colors: dict[str, str], *, width: int = 
     data = table[["variant", "speedup", "p50_ms"]].copy()
     data["speedup"] = data["speedup"].fillna(0.0)
     data["color"] = data["variant"].map(colors)
-    bars = fig.vbar("variant", 0.6, top="speedup", source=_source(data), fill_color="color")
+    bars = fig.vbar("variant", 0.6, top="speedup", source=frame_source(data), fill_color="color")
     fig.line(x=[variants[0], variants[-1]], y=[1, 1], line_dash="dashed", color="black")
     fig.add_tools(HoverTool(renderers=[bars], tooltips=[("variant", "@variant"), ("speedup", "@speedup{0.00}x"),
                                                         ("p50", "@p50_ms{0.000} ms")]))
     return fig
-
-
-def data_table(frame: pd.DataFrame, columns: list[tuple[str, str, str | None]], *, width: int,
-               height: int) -> DataTable:
-    """A sortable table; text cells use a plain-text formatter, so names from traces stay text."""
-    present = [(field, title, fmt) for field, title, fmt in columns if field in frame.columns]
-    source = _source(frame[[field for field, _, _ in present]])
-    return DataTable(
-        source=source, width=width, height=height, index_position=None, sortable=True,
-        columns=[TableColumn(field=field, title=title, width=360 if field == "name" else 100,
-                             formatter=StringFormatter() if fmt is None else NumberFormatter(format=fmt))
-                 for field, title, fmt in present],
-    )
-
-
-def _source(frame: pd.DataFrame) -> ColumnDataSource:
-    """A ColumnDataSource of a frame's columns (not the frame itself: bokeh would add its index)."""
-    return ColumnDataSource({name: frame[name].to_numpy() for name in frame.columns})

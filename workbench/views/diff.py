@@ -30,7 +30,8 @@ from workbench.analysis.breakdown import phase_window
 from workbench.analysis.diff import diff_summary, trace_diff
 from workbench.errors import WorkbenchError
 from workbench.trace import Trace
-from workbench.views.compare import data_table, stacked_timelines
+from workbench.views._table import data_table
+from workbench.views.compare import stacked_timelines
 from workbench.views.tables import link_table_to_timeline
 from workbench.views.timeline import SPANS_SOURCE
 
@@ -107,14 +108,11 @@ def _table(table: pd.DataFrame, width: int) -> DataTable:
         "delta_ms": table["delta_ns"].to_numpy(dtype=np.float64) / 1e6,
         "ratio": table["ratio"].to_numpy(dtype=np.float64),
     })
-    view = data_table(frame, DIFF_TABLE_COLUMNS, width=width, height=420)
-    view.name = DIFF_TABLE
+    view = data_table(frame, DIFF_TABLE_COLUMNS, width=width, height=420, blank_nan=("ratio",), name=DIFF_TABLE)
     view.source.add([STATUS_COLORS.get(s, "#ffffff") for s in frame["status"]], "status_color")
     for col in view.columns:
         if col.field in ("status", "name"):
             col.formatter = StringFormatter(background_color=field("status_color"))
-        if col.field == "ratio":
-            col.formatter.nan_format = ""
     return view
 
 

@@ -18,7 +18,7 @@ from bokeh.layouts import column
 from bokeh.models import CustomJS, Div, LayoutDOM
 
 from workbench.analysis.bottlenecks import FINDING_COLUMNS
-from workbench.views.compare import data_table
+from workbench.views._table import data_table
 
 FINDINGS_TABLE = "findings table"
 """Bokeh `name` of the findings DataTable."""
@@ -60,11 +60,10 @@ def findings_panel(findings: pd.DataFrame | Sequence[Mapping[str, Any]],
             "suggestion": frame["suggestion"].fillna("").astype(str).to_numpy(dtype=object),
             "detail": [_detail(row) for row in frame.itertuples(index=False)],
         })
-        table = data_table(table_frame, FINDING_TABLE_COLUMNS, width=width, height=min(40 + 28 * len(frame), 360))
+        table = data_table(table_frame, FINDING_TABLE_COLUMNS, width=width, height=min(40 + 28 * len(frame), 360),
+                           widths={"rank": 30, "kind": 130, "device": 70, "time_share": 60, "title": 480,
+                                   "suggestion": 520}, name=FINDINGS_TABLE)
         table.source.add(table_frame["detail"].tolist(), "detail")  # shown in the evidence box, not as a column
-        _set_widths(table, {"rank": 30, "kind": 130, "device": 70, "time_share": 60, "title": 480,
-                            "suggestion": 520})
-        table.name = FINDINGS_TABLE
         hint = "Select a finding to see its next step and evidence."
         evidence = Div(text=table_frame["detail"].iloc[0], render_as_text=True, width=width, name=EVIDENCE,
                        styles={"white-space": "pre-wrap", "font-family": "monospace", "font-size": "12px",
@@ -113,10 +112,3 @@ def _plain(value: Any) -> Any:
 
 def _ms(ns: int | float | None) -> float:
     return np.nan if ns is None else float(ns) / 1e6
-
-
-def _set_widths(table: Any, widths: Mapping[str, int]) -> None:
-    """Relative column widths of a DataTable, by field."""
-    for col in table.columns:
-        if col.field in widths:
-            col.width = widths[col.field]

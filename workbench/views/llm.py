@@ -14,7 +14,7 @@ from bokeh.plotting import figure
 from workbench.analysis.summary import display_name
 from workbench.llm.tables import timed_steps, timeline_steps, variant_table
 from workbench.trace.bundle import Bundle
-from workbench.views.compare import data_table
+from workbench.views._table import data_table
 
 STEP_COLORS = {"prefill": "#dd8452", "decode": "#4c72b0", "draft": "#8172b2", "verify": "#55a868"}
 """Colour of each kind of generation step."""

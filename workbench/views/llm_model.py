@@ -14,23 +14,21 @@ import pandas as pd
 from bokeh.layouts import column, row
 from bokeh.models import (
     ColumnDataSource,
-    DataTable,
     Div,
     HoverTool,
     Legend,
     LegendItem,
-    NumberFormatter,
     NumeralTickFormatter,
     Span,
-    StringFormatter,
-    TableColumn,
 )
 from bokeh.models.layouts import LayoutDOM
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from workbench.errors import WorkbenchError
-from workbench.views.memory import BYTES_FORMAT, _bytes_text
+from workbench.hardware.units import format_bytes
+from workbench.views._table import data_table
+from workbench.views.memory import BYTES_FORMAT
 
 DASHES = ("solid", "dashed", "dotted", "dotdash", "dashdot")
 """Line dash of each cache precision, in the table's order."""
@@ -70,7 +68,7 @@ def kv_cache_figure(table: pd.DataFrame, *, kv_budget_bytes: float | None = None
             ("KV cache", f"@kv_bytes{{{BYTES_FORMAT}}}"), ("vs MHA", "@vs_mha{0.000}x")]))
     if kv_budget_bytes is not None and kv_budget_bytes > 0:
         fig.add_layout(Span(location=kv_budget_bytes, dimension="width", line_color="crimson", line_dash="dashed"))
-        fig.title.text += f"; red: {_bytes_text(kv_budget_bytes)} left for the cache on the device"
+        fig.title.text += f"; red: {format_bytes(kv_budget_bytes)} left for the cache on the device"
     legend = Legend(items=items, click_policy="hide", title="variant, cache dtype", label_text_font_size="8pt",
                     glyph_height=12, label_height=12, spacing=0, padding=4)
     fig.add_layout(legend, "right")
@@ -107,16 +105,12 @@ def prediction_figures(errors: pd.DataFrame, *, width: int = 400, height: int = 
         fig.yaxis.axis_label = f"measured ({unit})" if unit else "measured"
         fig.legend.location = "top_left"
         figures.append(fig)
-    columns = [TableColumn(field="metric", title="metric", formatter=StringFormatter(), width=90)]
-    columns += [TableColumn(field=c, title=c, formatter=NumberFormatter(format="0,0"), width=60) for c in scenario]
-    columns += [TableColumn(field=c, title=c, formatter=NumberFormatter(format="0,0.000"), width=90)
-                for c in ("predicted", "measured")]
-    columns.append(TableColumn(field="rel_error", title="error", formatter=NumberFormatter(format="+0.0%"),
-                               width=80))
+    columns = [("metric", "metric", None), *((c, c, "0,0") for c in scenario), ("predicted", "predicted", "0,0.000"),
+               ("measured", "measured", "0,0.000"), ("rel_error", "error", "+0.0%")]
     shown = errors[["metric", *scenario, "predicted", "measured", "rel_error"]]
-    source = ColumnDataSource({c: shown[c].to_numpy() for c in shown})
-    table = DataTable(source=source, columns=columns, width=width * max(len(figures), 1),
-                      height=min(320, 30 + 25 * len(shown)), index_position=None, sortable=True)
+    table = data_table(shown, columns, width=width * max(len(figures), 1), height=min(320, 30 + 25 * len(shown)),
+                       widths={"metric": 90, **dict.fromkeys(scenario, 60), "predicted": 90, "measured": 90,
+                               "rel_error": 80})
     return column(row(figures), table)
 
 

@@ -14,26 +14,24 @@ import pandas as pd
 from bokeh.layouts import column
 from bokeh.models import (
     ColumnDataSource,
-    DataTable,
     Div,
     HoverTool,
     Legend,
     LegendItem,
-    NumberFormatter,
     NumeralTickFormatter,
     Range,
     Range1d,
     Span,
-    StringFormatter,
-    TableColumn,
 )
 from bokeh.models.layouts import LayoutDOM
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from workbench.analysis.memory import allocations, downsample_timeline, memory_timeline, peak, trace_end_ns
+from workbench.hardware.units import format_bytes
 from workbench.trace import Trace
 from workbench.views._style import time_ticks
+from workbench.views._table import data_table
 
 OTHER = "other"
 OTHER_COLOR = "#c8c8c8"
@@ -162,28 +160,23 @@ def _op_colors(table: pd.DataFrame, top_ops: int) -> dict[str, str]:
 def _peak_table(device: str, ts_ns: int, peak_bytes: int, live: pd.DataFrame, width: int,
                 max_live: int) -> list[LayoutDOM]:
     """(c) A heading and a table of the allocations live at the peak, largest first."""
-    heading = (f"{device}: peak of {_bytes_text(peak_bytes)} allocated at {_time_text(ts_ns)}; "
-               f"{len(live):,} live allocations with a known address, {_bytes_text(int(live['size'].sum()))}")
+    heading = (f"{device}: peak of {format_bytes(peak_bytes)} allocated at {_time_text(ts_ns)}; "
+               f"{len(live):,} live allocations with a known address, {format_bytes(int(live['size'].sum()))}")
     if live.empty:
         return [_note(heading + ".")]
     if len(live) > max_live:
         heading += f" (the largest {max_live:,} listed)"
         live = live.head(max_live)
-    source = ColumnDataSource({
+    frame = pd.DataFrame({
         "size": live["size"].to_numpy(),
         "op_name": live["op_name"].to_numpy(),
         "alloc_ms": live["alloc_ns"].to_numpy() / 1e6,
         "address": [f"{a:#x}" for a in live["addr"].to_numpy()],
     })
-    columns = [
-        TableColumn(field="size", title="size", formatter=NumberFormatter(format=BYTES_FORMAT), width=100),
-        TableColumn(field="op_name", title="allocating op", formatter=StringFormatter(), width=400),
-        TableColumn(field="alloc_ms", title="allocated at (ms)", formatter=NumberFormatter(format="0,0.000"),
-                    width=120),
-        TableColumn(field="address", title="address", formatter=StringFormatter(), width=160),
-    ]
-    table = DataTable(source=source, columns=columns, width=width, height=min(280, 30 + 25 * len(live)),
-                      index_position=None, reorderable=False)
+    columns = [("size", "size", BYTES_FORMAT), ("op_name", "allocating op", None),
+               ("alloc_ms", "allocated at (ms)", "0,0.000"), ("address", "address", None)]
+    table = data_table(frame, columns, width=width, height=min(280, 30 + 25 * len(live)),
+                       widths={"op_name": 400, "alloc_ms": 120, "address": 160}, reorderable=False)
     return [_note(heading + ":"), table]
 
 
@@ -192,15 +185,6 @@ def _style_axes(fig: figure, y_label: str) -> None:
     fig.xaxis.axis_label = "time from trace start"
     fig.yaxis.formatter = NumeralTickFormatter(format=BYTES_FORMAT)
     fig.yaxis.axis_label = y_label
-
-
-def _bytes_text(n: int) -> str:
-    """A byte count in binary units, e.g. '1.5 MiB'."""
-    units = ("B", "KiB", "MiB", "GiB", "TiB")
-    value, power = float(n), 0
-    while abs(value) >= 1024 and power < len(units) - 1:
-        value, power = value / 1024, power + 1
-    return f"{n} B" if power == 0 else f"{value:.1f} {units[power]}"
 
 
 def _time_text(ns: int) -> str:

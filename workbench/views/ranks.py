@@ -13,7 +13,7 @@ from bokeh.plotting import figure
 
 from workbench.analysis.ranks import Ranks, by_rank, rank_steps, rank_table
 from workbench.analysis.timeline import count_spans
-from workbench.views.compare import data_table
+from workbench.views._table import data_table
 from workbench.views.timeline import timeline
 
 TABLE_COLUMNS = [

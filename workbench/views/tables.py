@@ -16,12 +16,14 @@ Names come from traces and are untrusted: every cell renders through a text form
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 from bokeh.layouts import column
-from bokeh.models import ColumnDataSource, CustomJS, DataTable, Div, NumberFormatter, StringFormatter, TableColumn
+from bokeh.models import ColumnDataSource, CustomJS, Div
 from bokeh.models.layouts import LayoutDOM
 
 from workbench.analysis.breakdown import op_table
 from workbench.trace import Trace
+from workbench.views._table import data_table
 
 OP_TABLE_NAME = "op-table"
 """Bokeh `name` of the DataTable in `op_table_view`'s layout."""
@@ -56,38 +58,28 @@ def op_table_view(trace: Trace, kinds: tuple[str, ...] = ("op",), window: tuple[
     if table.empty:
         return Div(text=f"No {label} events in this trace ({scope}).", render_as_text=True)
     scale, unit = (1e6, "ms") if table["total_ns"].max() >= 10e6 else (1e3, "µs")
-    source = ColumnDataSource({
+    frame = pd.DataFrame({
         "name": table["name"].to_numpy(dtype=object),
         "calls": table["calls"].to_numpy(),
         "total": table["total_ns"].to_numpy() / scale,
         "self": table["self_ns"].to_numpy() / scale,
         "mean": table["mean_ns"].to_numpy() / scale,
-        "share": table["share"].to_numpy(dtype=np.float64),
         "step_share": table["step_share"].to_numpy(dtype=np.float64),
+        "share": table["share"].to_numpy(dtype=np.float64),
         "device": table["device_ns"].to_numpy() / scale,
         "gflop": table["flops"].to_numpy(dtype=np.float64) / 1e9,
         "gflops": table["flops_per_s"].to_numpy(dtype=np.float64) / 1e9,
     })
-    time_format = NumberFormatter(format="0,0.000")
-    columns = [
-        TableColumn(field="name", title="name", formatter=StringFormatter(), width=320),
-        TableColumn(field="calls", title="calls", formatter=NumberFormatter(format="0,0")),
-        TableColumn(field="total", title=f"total ({unit})", formatter=time_format),
-        TableColumn(field="self", title=f"self ({unit})", formatter=time_format),
-        TableColumn(field="mean", title=f"mean ({unit})", formatter=time_format),
-        TableColumn(field="step_share", title="share of step", formatter=NumberFormatter(format="0.0%")),
-        TableColumn(field="share", title="share (self)", formatter=NumberFormatter(format="0.0%")),
-        TableColumn(field="device", title=f"device ({unit})", formatter=time_format),
-        TableColumn(field="gflop", title="GFLOP", formatter=NumberFormatter(format="0,0.000", nan_format="")),
-        TableColumn(field="gflops", title="GFLOP/s", formatter=NumberFormatter(format="0,0.00", nan_format="")),
-    ]
-    for col in columns[1:]:
-        col.width = 100  # relative widths: the table fits them to its own
-    data_table = DataTable(source=source, columns=columns, width=width, height=height, sortable=True,
-                           index_position=None, reorderable=False, name=OP_TABLE_NAME)
+    columns = [("name", "name", None), ("calls", "calls", "0,0"), ("total", f"total ({unit})", "0,0.000"),
+               ("self", f"self ({unit})", "0,0.000"), ("mean", f"mean ({unit})", "0,0.000"),
+               ("step_share", "share of step", "0.0%"), ("share", "share (self)", "0.0%"),
+               ("device", f"device ({unit})", "0,0.000"), ("gflop", "GFLOP", "0,0.000"),
+               ("gflops", "GFLOP/s", "0,0.00")]
+    view = data_table(frame, columns, width=width, height=height, widths={"name": 320}, blank_nan=("gflop", "gflops"),
+                      reorderable=False, name=OP_TABLE_NAME)
     heading = Div(text=f"{label}: {len(table):,} names, {scope}; select rows to highlight them in the timeline",
                   render_as_text=True)
-    return column(heading, data_table)
+    return column(heading, view)
 
 
 def link_table_to_timeline(table_source: ColumnDataSource, *span_sources: ColumnDataSource) -> CustomJS:

@@ -15,7 +15,9 @@ from pathlib import Path
 import torch
 
 from workbench.backends.devices import resolve_device
+from workbench.backends.registry import BackendSpec, register_backend
 from workbench.backends.tensorrt.deps import check_installed, require_tensorrt
+from workbench.backends.tensorrt.layers import profile_layers, with_layer_times
 from workbench.backends.tensorrt.onnx_export import OPSET
 from workbench.backends.tensorrt.precision import PRECISIONS
 from workbench.backends.tensorrt.prepared import CALIBRATION_SAMPLES, PreparedTrtVariant
@@ -30,7 +32,8 @@ Ampere, fp8 from Ada / Hopper."""
 __all__ = ["PRECISIONS", "PreparedTrtVariant", "prepare_tensorrt"]
 
 
-def prepare_tensorrt(variant: Variant, loaded: LoadedModel, *, timing_cache: str | Path | None = None,
+def prepare_tensorrt(variant: Variant, loaded: LoadedModel, *, kernel_profile: bool = False,
+                     timing_cache: str | Path | None = None,
                      calibration_samples: int = CALIBRATION_SAMPLES) -> PreparedTrtVariant:
     """A TensorRT variant of `loaded`, built on its first call; VariantUnavailable when this machine cannot
     run it (no TensorRT: the message gives the install line; no CUDA device; a GPU too old for the
@@ -38,7 +41,7 @@ def prepare_tensorrt(variant: Variant, loaded: LoadedModel, *, timing_cache: str
 
     `timing_cache` is a TensorRT timing cache file to start from (e.g. a previous bundle's
     compile/timing.cache); it is updated after the build. `calibration_samples` example inputs feed
-    ModelOpt's calibration.
+    ModelOpt's calibration. `kernel_profile` changes nothing: the engine's kernels are named in traces anyway.
     """
     if variant.precision not in PRECISIONS:
         raise WorkbenchError(f"variant {variant.name}: TensorRT precision must be one of "
@@ -72,3 +75,14 @@ def prepare_tensorrt(variant: Variant, loaded: LoadedModel, *, timing_cache: str
     return PreparedTrtVariant(variant, loaded, device, notes,
                               timing_cache=Path(timing_cache) if timing_cache is not None else None,
                               calibration_samples=calibration_samples)
+
+
+VARIANTS = tuple(
+    Variant(f"trt-{precision}", backend="tensorrt", precision=precision, compile="tensorrt",
+            description=f"TensorRT engine, {precision} set in the ONNX graph (strongly typed; NVIDIA GPUs)")
+    for precision in ("fp16", "bf16", "int8", "fp8")
+)
+"""The TensorRT variants, one per precision set in the ONNX graph."""
+
+register_backend(BackendSpec("tensorrt", VARIANTS, prepare_tensorrt, framework_profiler="torch.profiler",
+                             enrichers=(with_layer_times,), after_profile=profile_layers))

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from workbench.backends.benchmark import CudaEventTimer
+from workbench.backends.prepared import time_first_call
 from workbench.backends.tensorrt.engine import TrtEngine, build_engine
 from workbench.backends.tensorrt.onnx_export import export_onnx
 from workbench.backends.tensorrt.onnx_graph import node_ops
@@ -174,8 +175,6 @@ class PreparedTrtVariant:
     def first_call(self, inputs: Sequence[torch.Tensor]) -> float:
         """Export, precision, build and one run; returns their wall seconds together, also kept as
         notes["first_call_s"] (the split is in notes["tensorrt"])."""
-        from workbench.backends.prepare import time_first_call
-
         return time_first_call(self, inputs)
 
     def profile_layers(self, inputs: Sequence[torch.Tensor], iterations: int = 10) -> LayerTimes:

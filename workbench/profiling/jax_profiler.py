@@ -18,8 +18,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from workbench.capture.torch_profiler import ProfileSettings
 from workbench.errors import WorkbenchError
+from workbench.profiling.session import SessionContext, register_session
+from workbench.profiling.settings import ProfileSettings
 
 STEP_NAME = "step"
 """Name of the `StepTraceAnnotation` around each iteration (its `step_num` stat numbers it)."""
@@ -102,3 +103,10 @@ class JaxProfilerSession:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close(export=exc_type is None)
+
+
+def _open(out_dir: Path, name: str, settings: ProfileSettings, context: SessionContext) -> JaxProfilerSession:
+    return JaxProfilerSession(out_dir, name, settings)
+
+
+register_session("jax.profiler", _open)

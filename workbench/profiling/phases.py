@@ -21,16 +21,6 @@ import torch
 NVTX_DOMAIN = "workbench"
 """NVTX domain of the workbench's ranges, so Nsight groups them apart from the framework's own."""
 
-SETUP = ("load", "compile")
-"""The phases that make a variant runnable: preparing it, then its first (compiling) call."""
-
-LIFECYCLE = (*SETUP, "warmup", "measure")
-"""The phases of a variant's profiled lifecycle, in order; `measure` holds one `step N` per iteration."""
-
-
-def step_label(n: int) -> str:
-    """The label of the n-th (0-based) measured iteration."""
-    return f"step {n}"
 
 
 def _jax_annotation(name: str) -> AbstractContextManager[Any]:

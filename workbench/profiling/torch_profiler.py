@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -24,44 +23,10 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from workbench.errors import WorkbenchError
+from workbench.profiling.session import SessionContext, register_session
+from workbench.profiling.settings import ProfileSettings
 
 TRACE_SUFFIX = ".pt.trace.json"
-
-
-@dataclass(frozen=True)
-class ProfileSettings:
-    """What a profiled run records: the mode (see the module docstring), how many warm-up and measured
-    iterations it runs, and the profilers' recording options: `record_shapes` to `with_stack` are
-    torch.profiler's; `host_tracer_level` (0 off, 1 user annotations, 2 plus runtime, 3 verbose) and
-    `python_tracer_level` (0 off, 1 Python calls) are jax.profiler's `ProfileOptions` (JAX variants)."""
-
-    record_setup: bool = True
-    warmup_steps: int = 2
-    active_steps: int = 3
-    record_shapes: bool = True
-    profile_memory: bool = True
-    with_flops: bool = True
-    with_stack: bool = False
-    host_tracer_level: int = 2
-    python_tracer_level: int = 0
-
-    def __post_init__(self) -> None:
-        for key, minimum, maximum in (("warmup_steps", 0, None), ("active_steps", 1, None),
-                                      ("host_tracer_level", 0, 3), ("python_tracer_level", 0, 1)):
-            value = getattr(self, key)
-            if (isinstance(value, bool) or not isinstance(value, int) or value < minimum
-                    or (maximum is not None and value > maximum)):
-                bounds = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
-                raise WorkbenchError(f"profile {key} must be an integer {bounds}, got {value!r}")
-
-    @property
-    def steps(self) -> int:
-        """Iterations a profiled run makes after setup (warm-up plus measured)."""
-        return self.warmup_steps + self.active_steps
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields (for run.json)."""
-        return asdict(self)
 
 
 def activities(device_type: str) -> list[ProfilerActivity]:
@@ -142,3 +107,10 @@ class TorchProfilerSession:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close(export=exc_type is None)
+
+
+def _open(out_dir: Path, name: str, settings: ProfileSettings, context: SessionContext) -> TorchProfilerSession:
+    return TorchProfilerSession(out_dir, name, settings, device_type=context.device_type)
+
+
+register_session("torch.profiler", _open)

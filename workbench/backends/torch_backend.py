@@ -1,4 +1,4 @@
-"""Turning a `Variant` and a `LoadedModel` into a runnable `PreparedVariant`.
+"""The torch backend: eager, autocast, torch.compile and quantized (torchao) variants of a model's module.
 
 Preparation never touches the loaded model: it deep-copies the module (quantization mutates it),
 moves the copy to the variant's device, quantizes it per the precision recipe and wraps it in
@@ -10,30 +10,23 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any
 
 import torch
 from torch import nn
 
 from workbench.backends.benchmark import CudaEventTimer, Timer, WallClockTimer
 from workbench.backends.devices import resolve_device, synchronize
+from workbench.backends.prepared import time_first_call
 from workbench.backends.quantize import quantize_fp8_dynamic, quantize_int8_dynamic, quantize_int8_weight_only
-from workbench.backends.variants import Variant
+from workbench.backends.registry import BackendSpec, register_backend
+from workbench.backends.variants import REFERENCE, Variant
 from workbench.errors import VariantUnavailable, WorkbenchError
 from workbench.models import LoadedModel
 
 Quantizer = Callable[[nn.Module, torch.device], tuple[nn.Module, str]]
-
-if TYPE_CHECKING:
-    from workbench.backends.jax_backend import PreparedJaxVariant
-    from workbench.backends.tensorrt import PreparedTrtVariant
-
-Prepared = Union["PreparedVariant", "PreparedJaxVariant", "PreparedTrtVariant"]
-"""What `prepare` returns: every kind has `place`, `run`, `sync`, `timer`, `first_call` and `notes`."""
-
 
 @dataclass(frozen=True)
 class PrecisionRecipe:
@@ -142,20 +135,6 @@ class PreparedVariant:
         return time_first_call(self, inputs)
 
 
-def time_first_call(prepared: Any, inputs: Sequence[Any]) -> float:
-    """Wall seconds of `prepared`'s first call on `inputs` (placed first, synchronized around), where
-    compiling variants compile; recorded as its notes["first_call_s"]. Shared by every kind of
-    prepared variant."""
-    placed = prepared.place(inputs)
-    prepared.sync()
-    start = time.perf_counter()
-    prepared.run(placed)
-    prepared.sync()
-    elapsed = time.perf_counter() - start
-    prepared.notes["first_call_s"] = elapsed
-    return elapsed
-
-
 def _compile(module: nn.Module, backend: str, mode: str | None, profile_cpu_kernels: bool) -> nn.Module:
     """torch.compile with `mode`'s settings; options apply to this compilation only, so inductor's
     global config is left as it was (torch.compile takes a mode or options, so a mode is spelled out
@@ -181,25 +160,13 @@ def _check_precision(variant: Variant, device: torch.device) -> PrecisionRecipe:
     return recipe
 
 
-def prepare(variant: Variant, loaded: LoadedModel, *, kernel_profile: bool = False) -> Prepared:
+def prepare_torch(variant: Variant, loaded: LoadedModel, *, kernel_profile: bool = False) -> PreparedVariant:
     """A runnable copy of `loaded.module` for `variant`; VariantUnavailable if it cannot run here.
-    JAX variants get the model's JAX port instead (`workbench.backends.jax_backend`), TensorRT variants an
-    engine built from the model's ONNX export (`workbench.backends.tensorrt`).
 
     `kernel_profile` makes inductor's generated CPU kernels appear as named profiler events
     (`cpp.enable_kernel_profile`). It only applies to inductor on CPU (GPU kernels are named in
     traces anyway) and is ignored elsewhere; notes["kernel_profile"] says whether it applied.
     """
-    if variant.backend == "jax":
-        from workbench.backends.jax_backend import prepare_jax
-
-        return prepare_jax(variant, loaded)
-    if variant.backend == "tensorrt":
-        from workbench.backends.tensorrt import prepare_tensorrt
-
-        return prepare_tensorrt(variant, loaded)
-    if variant.backend != "torch":
-        raise VariantUnavailable(f"variant {variant.name}: backend '{variant.backend}' is not available")
     device = resolve_device(variant.device)
     recipe = _check_precision(variant, device)
     module = copy.deepcopy(loaded.module).to(device)
@@ -224,3 +191,39 @@ def prepare(variant: Variant, loaded: LoadedModel, *, kernel_profile: bool = Fal
     else:
         notes["device_name"] = torch.cuda.get_device_name(device)
     return PreparedVariant(variant, module, device, recipe, notes)
+
+
+VARIANTS = (
+    Variant(REFERENCE, description="fp32 eager, the numerics reference"),
+    Variant("bf16", precision="bf16", description="eager under torch.autocast(bfloat16)"),
+    Variant("fp16", precision="fp16", description="eager under torch.autocast(float16)"),
+    Variant("compile", compile="inductor", description="fp32, torch.compile (inductor)"),
+    Variant(
+        "compile-max-autotune", compile="inductor", compile_mode="max-autotune",
+        description="fp32, torch.compile (inductor) autotuning GEMM templates and kernel configs",
+    ),
+    Variant(
+        "compile-reduce-overhead", compile="inductor", compile_mode="reduce-overhead",
+        description="fp32, torch.compile (inductor) replaying CUDA graphs (CUDA only)",
+    ),
+    Variant(
+        "compile-bf16", precision="bf16", compile="inductor",
+        description="torch.compile (inductor) under torch.autocast(bfloat16)",
+    ),
+    Variant(
+        "int8", precision="int8", compile="inductor",
+        description="dynamic int8 activations and int8 weights (torchao), compiled",
+    ),
+    Variant(
+        "int8-weight-only", precision="int8-weight-only", compile="inductor",
+        description="int8 weights, fp32 activations (torchao), compiled",
+    ),
+    Variant(
+        "fp8", precision="fp8", compile="inductor",
+        description="dynamic fp8 activations and weights (torchao), compiled (CUDA, sm_89+)",
+    ),
+)
+"""The torch variants; `eager` is the reference every variant is compared with."""
+
+register_backend(BackendSpec("torch", VARIANTS, prepare_torch, framework_profiler="torch.profiler",
+                             cuda_memory_history=True, emits_nvtx=True))

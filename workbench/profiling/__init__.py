@@ -1,0 +1,34 @@
+"""Profiling: profiler sessions and phase labels around a variant's runs.
+
+`phase(name)` labels a region for torch.profiler and NVTX at once; profiler sessions
+(`workbench.profiling.session`) record one run: torch.profiler, jax.profiler, or the CUDA range a tool's child
+process records; profilers (`workbench.profiling.registry`: framework, nsys, ncu) say how a profiled run
+happens; `profile_variant` runs a variant's whole labelled lifecycle; `attach_flops` joins the profiler's FLOP
+totals into the trace read back from the export. (Named apart from the
+notebook's `wb.capture(...)`, which runs a whole experiment.)
+"""
+
+from workbench.profiling.environment import environment
+from workbench.profiling.flops import attach_flops
+from workbench.profiling.lifecycle import prepare_variant, profile_variant
+from workbench.profiling.phases import NVTX_DOMAIN, phase
+from workbench.profiling.registry import FRAMEWORK, check_profiler, get_profiler, profilers
+from workbench.profiling.result import ProfiledRun
+from workbench.profiling.settings import ProfileSettings, progress_units
+
+__all__ = [
+    "FRAMEWORK",
+    "NVTX_DOMAIN",
+    "ProfileSettings",
+    "ProfiledRun",
+    "attach_flops",
+    "check_profiler",
+    "environment",
+    "get_profiler",
+    "phase",
+    "prepare_variant",
+    "profile_variant",
+    "profilers",
+    "progress_units",
+]
+

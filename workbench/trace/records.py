@@ -1,0 +1,210 @@
+"""Typed records of the run bundle: `RunInfo` (run.json) and `ExperimentRecord` (experiments/<id>.json).
+
+They are the one definition of those files' fields. Writers (the experiment runner, the generation sweep,
+imports) build a record; `to_json()` gives the JSON object the bundle writes; readers get a record back
+with `from_json`, which accepts every schema version written so far and files written before a field
+existed (it takes the field's default). Fields the record does not know are kept in `extra` and written
+back, so nothing is lost. Nested objects whose shape belongs to another layer (benchmark statistics,
+numerics, notes, trace metadata) stay JSON objects: the record only guarantees they are objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+from workbench.errors import BundleError
+from workbench.trace.schema import SCHEMA_VERSION
+
+READABLE_VERSIONS = frozenset({1})
+"""Schema versions of run.json and experiment records this release reads."""
+
+Json = dict[str, Any]
+
+
+def number(value: object) -> float | None:
+    """A JSON number, or one of the strings run.json writes for non-finite floats ("inf", "-inf", "nan"),
+    as a float; None when absent or not a number."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _object(value: object) -> Json | None:
+    """A JSON object field: dicts pass, None stays None, anything else is dropped (None)."""
+    return value if isinstance(value, dict) else None
+
+
+def _named(value: object) -> Json | None:
+    """A model or variant field: an object with a `name`, or a bare name (older imports) as `{"name": ...}`."""
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str) and value:
+        return {"name": value}
+    return None
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _version(data: Json, label: str) -> int:
+    version = data.get("schema_version", 1)
+    if version not in READABLE_VERSIONS:
+        raise BundleError(f"{label}: schema version {version!r} is newer than this workbench reads "
+                          f"({', '.join(map(str, sorted(READABLE_VERSIONS)))}); upgrade workbench")
+    return int(version)
+
+
+@dataclass
+class _Record:
+    """What both records share: the JSON round trip with unknown fields kept in `extra`."""
+
+    _COERCE: ClassVar[dict[str, Any]] = {}
+
+    def to_json(self) -> Json:
+        """The JSON object of the file, known fields first, then `extra`."""
+        known = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        return {**known, **{k: v for k, v in self.extra.items() if k not in known}}  # type: ignore[attr-defined]
+
+    @classmethod
+    def _from(cls, data: Json, label: str, **fixed: Any) -> Any:
+        if not isinstance(data, dict):
+            raise BundleError(f"{label}: the record is not a JSON object")
+        _version(data, label)
+        names = {f.name for f in fields(cls)} - {"extra"}
+        values = {name: cls._COERCE.get(name, _keep)(data[name]) for name in names if name in data}
+        return cls(**{**values, **fixed}, extra={k: v for k, v in data.items() if k not in names})
+
+
+def _keep(value: Any) -> Any:
+    return value
+
+
+@dataclass
+class RunInfo(_Record):
+    """A run's run.json. `kind` is "generation" for a generation sweep's runs, None otherwise; `source` is
+    "import" for imported traces (then `imported_from` says from where). `trace` is the trace's metadata,
+    written by the bundle."""
+
+    run_id: str = ""
+    schema_version: int = SCHEMA_VERSION
+    created: str | None = None
+    status: str = "ok"
+    error: str | None = None
+    traceback: str | None = None
+    experiment: str | None = None
+    kind: str | None = None
+    model: Json | None = None
+    variant: Json | None = None
+    device: str | None = None
+    batch: int | None = None
+    seq: int | None = None
+    items_per_call: int | None = None
+    tokens_per_call: int | None = None
+    environment: Json | None = None
+    reference: str | None = None
+    reference_error: str | None = None
+    benchmark: Json | None = None
+    first_call_s: float | None = None
+    numerics: Json | None = None
+    notes: Json = field(default_factory=dict)
+    phases_ms: Json | None = None
+    capture: Json | None = None
+    xprof: Json | None = None
+    device_properties: Json | None = None
+    op_flops: Json | None = None
+    llm: Json | None = None
+    generation: Json | None = None
+    source: str | None = None
+    imported_from: str | None = None
+    rank: int | None = None
+    world_size: int | None = None
+    trace: Json | None = None
+    extra: Json = field(default_factory=dict)
+
+    _COERCE: ClassVar[dict[str, Any]] = {
+        **{name: _object for name in ("environment", "benchmark", "numerics", "phases_ms", "capture", "xprof",
+                                      "device_properties", "op_flops", "llm", "generation", "trace")},
+        **{name: _text for name in ("created", "error", "traceback", "experiment", "kind", "device", "reference",
+                                    "reference_error", "source", "imported_from")},
+        **{name: _int for name in ("batch", "seq", "items_per_call", "tokens_per_call", "rank", "world_size")},
+        "model": _named, "variant": _named, "first_call_s": number, "notes": lambda v: _object(v) or {},
+    }
+
+    @classmethod
+    def from_json(cls, data: Json, run_id: str, label: str | None = None) -> RunInfo:
+        """The record of run `run_id` from its run.json object (any readable schema version)."""
+        return cls._from(data, label or f"run {run_id!r}", run_id=run_id)
+
+    @property
+    def model_name(self) -> str | None:
+        """The model's name (None for an import)."""
+        return _text((self.model or {}).get("name"))
+
+    @property
+    def variant_name(self) -> str | None:
+        """The variant's name (None for a plain import)."""
+        return _text((self.variant or {}).get("name"))
+
+    @property
+    def p50_ms(self) -> float | None:
+        """Median latency of the benchmark, when there was one."""
+        return number((self.benchmark or {}).get("p50"))
+
+
+@dataclass
+class ExperimentRecord(_Record):
+    """An experiment's record: the runs of one model (or of one multi-rank import) with their reference
+    variant; `failed` names the variants that failed; `kind` is "generation" for a generation sweep."""
+
+    experiment_id: str = ""
+    schema_version: int = SCHEMA_VERSION
+    created: str | None = None
+    kind: str | None = None
+    model: str | None = None
+    model_ref: str | None = None
+    reference: str | None = None
+    reference_error: str | None = None
+    runs: list[str] = field(default_factory=list)
+    variants: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    settings: Json | None = None
+    environment: Json | None = None
+    phases_ms: Json | None = None
+    extra: Json = field(default_factory=dict)
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("model", "reference", "runs")
+    """Fields every record file has: the model, its reference variant and the run ids."""
+
+    _COERCE: ClassVar[dict[str, Any]] = {
+        **{name: _text for name in ("created", "kind", "model", "model_ref", "reference", "reference_error")},
+        **{name: _object for name in ("settings", "environment", "phases_ms")},
+        **{name: (lambda v: [x for x in v if isinstance(x, str)] if isinstance(v, list) else [])
+           for name in ("runs", "variants", "failed")},
+    }
+
+    @classmethod
+    def from_json(cls, data: Json, experiment_id: str, label: str | None = None) -> ExperimentRecord:
+        """The record `experiment_id` from its JSON object (any readable schema version)."""
+        label = label or f"experiment {experiment_id!r}"
+        missing = [key for key in cls.REQUIRED if not isinstance(data, dict) or key not in data]
+        if missing:
+            raise BundleError(f"{label}: malformed record: no {', '.join(missing)}")
+        return cls._from(data, label, experiment_id=experiment_id)
+
+
+def display_name(info: RunInfo) -> str:
+    """How a run is named in tables, legends and tabs: its variant's name, else its run id."""
+    return info.variant_name or info.run_id

@@ -1,0 +1,39 @@
+"""The views' one way to build a Bokeh DataTable from a DataFrame, so every table sorts, formats text cells
+and sizes its columns alike."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+from bokeh.models import ColumnDataSource, DataTable, NumberFormatter, StringFormatter, TableColumn
+
+TableColumns = Sequence[tuple[str, str, str | None]]
+"""A table's columns as (field, title, numeral format), the format None for a text column."""
+
+
+def data_table(frame: pd.DataFrame, columns: TableColumns, *, width: int, height: int,
+               widths: Mapping[str, int] | None = None, blank_nan: Collection[str] = (),
+               **options: Any) -> DataTable:
+    """A sortable table of the `columns` that `frame` has (the others left out). Text cells use a plain-text
+    formatter, so names from traces stay text; relative column widths are 360 for `name` and 100 for the
+    others unless `widths` gives one; numbers in the `blank_nan` columns show NaN as an empty cell;
+    `options` go to the DataTable (`name`, `reorderable`, ...)."""
+    widths = widths or {}
+    present = [(field, title, fmt) for field, title, fmt in columns if field in frame.columns]
+    table_columns = []
+    for field, title, fmt in present:
+        if fmt is None:
+            formatter = StringFormatter()
+        else:
+            formatter = NumberFormatter(format=fmt, **({"nan_format": ""} if field in blank_nan else {}))
+        table_columns.append(TableColumn(field=field, title=title, formatter=formatter,
+                                         width=widths.get(field, 360 if field == "name" else 100)))
+    return DataTable(source=frame_source(frame[[field for field, _, _ in present]]), columns=table_columns,
+                     width=width, height=height, index_position=None, sortable=True, **options)
+
+
+def frame_source(frame: pd.DataFrame) -> ColumnDataSource:
+    """A ColumnDataSource of a frame's columns (not the frame itself: bokeh would add its index)."""
+    return ColumnDataSource({name: frame[name].to_numpy() for name in frame.columns})
