@@ -209,7 +209,7 @@ def test_device_planes_of_tpu_and_gpu(tmp_path: Path) -> None:
     for device in ("tpu:0", "cuda:1"):
         assert (device, f"{device}/XLA Modules", "module", "jit_f(1)") in got
         assert (device, f"{device}/XLA Ops", "hlo", "fusion.1") in got
-        assert (device, f"{device}/Steps", "other", "jit_f(1)") in got
+        assert (device, f"{device}/Steps", "annotation", "jit_f(1)") in got  # step markers
     op = next(r for r in rows if r["kind"] == "hlo")
     assert (op["flops"], op["bytes"], op["start_ns"], op["dur_ns"], op["args"]) == (4096.0, 512.0, 1000, 2000, None)
     module = next(r for r in rows if r["kind"] == "module")

@@ -18,13 +18,13 @@ OCCUPANCY_KEYS = ("sm__warps_active.avg.pct_of_peak_sustained_active", "est. ach
 """Kernel args holding achieved occupancy in %: Nsight Compute's metric, then Kineto's estimate."""
 
 MEMCPY_DIRECTIONS = (
-    ("host_to_device", re.compile(r"HtoD|Host-to-Device", re.IGNORECASE)),
-    ("device_to_host", re.compile(r"DtoH|Device-to-Host", re.IGNORECASE)),
-    ("device_to_device", re.compile(r"DtoD|Device-to-Device", re.IGNORECASE)),
-    ("peer_to_peer", re.compile(r"PtoP|Peer", re.IGNORECASE)),
+    ("host_to_device", re.compile(r"HtoD|H2D|Host-to-Device", re.IGNORECASE)),
+    ("device_to_host", re.compile(r"DtoH|D2H|Device-to-Host", re.IGNORECASE)),
+    ("device_to_device", re.compile(r"DtoD|D2D|Device-to-Device", re.IGNORECASE)),
+    ("peer_to_peer", re.compile(r"PtoP|P2P|Peer", re.IGNORECASE)),
 )
-"""Copy directions by the names Kineto (`Memcpy HtoD (Pageable -> Device)`) and Nsight
-(`[CUDA memcpy Host-to-Device]`) give memcpy events."""
+"""Copy directions by the names Kineto (`Memcpy HtoD (Pageable -> Device)`), Nsight
+(`[CUDA memcpy Host-to-Device]`) and XSpace stream lines (`MemcpyH2D`) give memcpy events."""
 
 PAGEABLE = re.compile(r"pageable", re.IGNORECASE)
 PAGEABLE_ARG = re.compile(r'"(?:src|dst)Kind"\s*:\s*"Pageable"')

@@ -4,11 +4,15 @@ Parsed with `jax.profiler.ProfileData` (jax is imported on first use), plane by 
 
 | source                                        | goes to                                                   |
 |-----------------------------------------------|-----------------------------------------------------------|
-| `/device:TPU:N`, `/device:GPU:N` planes       | device `tpu:N` / `cuda:N`, track `<device>/<line name>`;  |
-|                                               | line `XLA Modules` → `module`, `XLA Ops` → `hlo`, other   |
-|                                               | lines (steps, TensorCore sync...) → `other`               |
+| `/device:TPU:N`, `/device:GPU:N` planes       | device `tpu:N` / `cuda:N` (`rocm:N` for AMD), track       |
+|                                               | `<device>/<line name>`; kind by line (`xspace_device`):   |
+|                                               | GPU `Stream #N(...)` lines → `kernel` / `memcpy` /        |
+|                                               | `memset`, `XLA Modules` → `module`, `XLA Ops` → `hlo`,    |
+|                                               | `TensorFlow Ops` → `op`, `Steps` and name scopes →        |
+|                                               | `annotation`, other lines → `other`                       |
 | host planes (`/host:CPU`): one track per line | device `cpu`, track `cpu/<line name>` (`python`,          |
 | (thread), kind per event:                     | `tf_XLAPjRtCpuClient/...`):                               |
+|   stat `correlation_id` (a CUDA launch/copy)  |   `runtime`                                               |
 |   stat `hlo_op` / only `hlo_module`           |   `hlo` / `module` (XLA:CPU runs ops on host threads)     |
 |   `ThunkExecutor::Execute` around hlo events  |   `module`, named after the ops' `hlo_module` (XLA:CPU)   |
 |   name `$file:line function`                  |   `python` on `<track>/python tracer` (Python frames do   |
@@ -17,10 +21,12 @@ Parsed with `jax.profiler.ProfileData` (jax is imported on first use), plane by 
 |   a range enclosing an annotation or a        |   `annotation` (`TraceAnnotation`, see below)             |
 |   `PjitFunction(...)` call                    |                                                           |
 |   any other range                             |   `op` (JAX / PjRt / XLA runtime TraceMe)                 |
-| other planes' lines                           | device `cpu`, track `cpu/<plane name>/<line name>`, `other` |
-| plane stats (`/host:metadata` versions,       | `metadata["planes"][<plane name>]`                        |
-| `Task Environment` profile start/stop...)     |                                                           |
-| event stats `flops`, `bytes_accessed`         | `flops`, `bytes`                                          |
+| other planes' lines (`/host:CUPTI` driver     | device `cpu`, track `cpu/<plane name>/<line name>`,       |
+| API calls...)                                 | `runtime` with stat `correlation_id`, else `other`        |
+| plane stats (`/host:metadata` versions,       | `metadata["planes"][<plane name>]`; a device plane's      |
+| `Task Environment` profile start/stop...)     | capabilities also in `metadata["devices"]`                |
+| event stats `flops`, `bytes_accessed`,        | `flops`, `bytes`, `corr`                                  |
+| `correlation_id`                              |                                                           |
 | every other event stat (`hlo_op`,             | `args` JSON (a stat given twice keeps both, as a list)    |
 | `hlo_module`, `program_id`, `long_name`...)   |                                                           |
 
@@ -31,10 +37,14 @@ a jitted call; one enclosing neither reads as `op`.
 Times are integer ns from the earliest event (`metadata["origin_ns"]` is that event's time on the
 profile's clock). A folder is read as a TensorBoard log: the run folder itself (`plugins/profile/<run>/`)
 or a `logdir` / `plugins/profile` above it, whose newest run (by name: runs are named by timestamp) is
-read. A run with several hosts' files reads them all, tracks then naming the host (`cpu/<host>/python`,
-`tpu:0/<host>/XLA Ops`). `pid` is the file's index among the run's hosts (0 for one file), `tid` the
-line's index in its plane; `corr` and `launcher` stay -1 (XSpace links host and device by run ids,
-kept in args).
+read. A run with several hosts' files reads them all, host tracks then naming the host
+(`cpu/<host>/python`) and devices too (`<host>/cuda:4`, track `<host>/cuda:4/Stream #134(Compute)`), so
+two hosts' GPU 4 stay apart; the device column stays `cuda:N` / `tpu:N` for a single host. `pid` is the
+file's index among the run's hosts (0 for one file), `tid` the line's index in its plane. `corr` is
+the CUPTI correlation id (counted per process, so it links rows with the same `pid` only); a GPU
+kernel's or copy's `launcher` is the host op (else annotation) around the runtime call with its
+correlation id on that host (`workbench.trace.launches`). TPU work has no correlation ids (XSpace
+links it by run ids, kept in args).
 """
 
 from __future__ import annotations
@@ -52,16 +62,24 @@ import pyarrow as pa
 from workbench.errors import MissingDependency, TraceFormatError
 from workbench.trace import schema
 from workbench.trace.columns import dict_array, encode_strings, grouped
+from workbench.trace.launches import launchers, per_process
 from workbench.trace.model import Trace
 from workbench.trace.nesting import nest_spans
+from workbench.trace.xspace_device import (
+    device_properties,
+    line_kind,
+    plane_device,
+    stream_event_details,
+    stream_event_kind,
+    stream_types,
+    sub_plane,
+)
 
 SUFFIX = ".xplane.pb"
 KIND_CODES = {k: i for i, k in enumerate(schema.KINDS)}
 
-_DEVICE_PLANE = re.compile(r"^/device:(TPU|GPU):(\d+)")
-_DEVICE_PREFIX = {"TPU": "tpu", "GPU": "cuda"}
-_DEVICE_LINE_KINDS = {"XLA Modules": "module", "XLA Ops": "hlo"}
 _HOST_PLANE = "/host:CPU"
+_CORRELATION = "correlation_id"
 _STEP_STATS = ("step_num", "_r")
 _RUNTIME_NAME = re.compile(r"::|\(")
 _LAUNCH = "PjitFunction("
@@ -138,11 +156,13 @@ class _Reader:
         self.track: list[str] = []
         self.pid: list[int] = []
         self.tid: list[int] = []
+        self.corr: list[int] = []
         self.flops: list[float] = []
         self.bytes: list[float] = []
         self.args: list[str | None] = []
         self.classify: list[bool] = []  # host ranges whose kind waits for nesting (op or annotation)
         self.planes: dict[str, dict[str, Any]] = {}
+        self.devices: dict[str, dict[str, Any]] = {}
         self.lines: Counter[str] = Counter()
 
     def add(self, index: int, file: Path, data: Any) -> None:
@@ -152,36 +172,49 @@ class _Reader:
             stats = _stats(plane.stats)
             if stats:
                 self.planes[f"{host}{plane.name}" if self.multi_host else plane.name] = stats
-            device_match = _DEVICE_PLANE.match(plane.name)
+            device = plane_device(plane.name, stats, host if self.multi_host else None)
+            if device is not None and stats:
+                self.devices.setdefault(device, device_properties(device, stats))
             for tid, line in enumerate(plane.lines):
-                if device_match:
-                    device = f"{_DEVICE_PREFIX[device_match[1]]}:{device_match[2]}"
-                    kind = _DEVICE_LINE_KINDS.get(line.name, "other")
-                    lane = f"{device}/{host}/{line.name}" if self.multi_host else f"{device}/{line.name}"
-                else:
-                    device, kind = "cpu", None
-                    where = [host] if self.multi_host else []
-                    if plane.name != _HOST_PLANE:
-                        where.append(plane.name.strip("/"))
-                        kind = "other"
-                    lane = "/".join(["cpu", *where, line.name])
-                self._line(line, kind, device, lane, index, tid)
+                if device is not None:
+                    kind = line_kind(line.name)
+                    lane = "/".join([device, *sub_plane(plane.name), line.name])
+                    self._line(line, kind, device, lane, index, tid,
+                               stream=stream_types(line.name) if kind is None else None)
+                    continue
+                where = [host] if self.multi_host else []
+                if plane.name != _HOST_PLANE:
+                    where.append(plane.name.strip("/"))
+                self._line(line, None if plane.name == _HOST_PLANE else "other", "cpu",
+                           "/".join(["cpu", *where, line.name]), index, tid)
 
-    def _line(self, line: Any, kind: str | None, device: str, track: str, pid: int, tid: int) -> None:
-        """Append one line's events; `kind` None picks it per event (host threads)."""
+    def _line(self, line: Any, kind: str | None, device: str, track: str, pid: int, tid: int,
+              stream: frozenset[str] | None = None) -> None:
+        """Append one line's events. `kind` None picks it per event: by the line's event types on a device's
+        stream line (`stream` given), else as on a host thread; a host event with a correlation id is `runtime`."""
         n = 0
         for event in line.events:
             n += 1
             stats = _stats(event.stats)
+            corr = stats.pop(_CORRELATION) if isinstance(stats.get(_CORRELATION), int) else -1
+            size = np.nan
+            if stream is not None:
+                event_kind: str | None = stream_event_kind(event.name, stats, stream)
+                stats, size = stream_event_details(event_kind, stats)
+            elif device == "cpu" and corr >= 0:
+                event_kind = "runtime"
+            else:
+                event_kind = kind or _host_kind(event.name, stats)
             self.start.append(event.start_ns)
             self.dur.append(event.duration_ns)
             self.name.append(event.name)
-            event_kind = kind or _host_kind(event.name, stats)
             self.classify.append(event_kind is None)
             self.kind.append(KIND_CODES[event_kind or "op"])
             self.track.append(f"{track}{_PYTHON_LANE}" if event_kind == "python" and kind is None else track)
+            self.corr.append(corr)
             self.flops.append(_number(stats, "flops"))
-            self.bytes.append(_number(stats, "bytes_accessed"))
+            moved = _number(stats, "bytes_accessed")
+            self.bytes.append(size if np.isnan(moved) else moved)
             self.args.append(json.dumps(stats, ensure_ascii=False) if stats else None)
         self.device.extend([device] * n)
         self.pid.extend([pid] * n)
@@ -201,6 +234,8 @@ class _Reader:
         _xla_cpu_modules(kind, self.name, self.args, parent)
         name, name_labels = encode_strings(self.name)
         n = len(start)
+        pid = np.asarray(self.pid, dtype=np.int64)
+        corr = np.asarray(self.corr, dtype=np.int64)
         events = pa.table(
             {
                 "start_ns": start,
@@ -209,12 +244,12 @@ class _Reader:
                 "kind": dict_array(kind, list(schema.KINDS)),
                 "device": dict_array(device, device_labels),
                 "track": dict_array(track, track_labels),
-                "pid": np.asarray(self.pid, dtype=np.int64),
+                "pid": pid,
                 "tid": np.asarray(self.tid, dtype=np.int64),
-                "corr": np.full(n, -1, dtype=np.int64),
+                "corr": corr,
                 "parent": parent,
                 "depth": depth,
-                "launcher": np.full(n, -1, dtype=np.int64),
+                "launcher": launchers(kind, per_process(pid, corr), parent),
                 "flops": np.asarray(self.flops, dtype=np.float64),
                 "bytes": np.asarray(self.bytes, dtype=np.float64),
                 "shapes": pa.nulls(n, pa.string()),
@@ -233,6 +268,7 @@ class _Reader:
             "origin_ns": origin_ns,
             "hosts": [f.name.removesuffix(SUFFIX) for f in self.files],
             "planes": self.planes,
+            "devices": list(self.devices.values()),
             "reader": {"events": n_events, "memory": 0, "counters": 0, "lines": dict(self.lines),
                        "skipped": {}},  # every event becomes a row
         }
