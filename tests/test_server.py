@@ -12,80 +12,29 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import payload_trace
 
+from workbench.limits import MAX_ITERATIONS
 from workbench.progress import JsonProgress
 from workbench.server.capture_request import CaptureRequestError, capture_args
 from workbench.server.jobs import LOG_LINES, JobManager
-from workbench.trace import read_trace
-from workbench.trace.bundle import list_bundles, write_bundle
+from workbench.trace.bundle import list_bundles
 from workbench.trace.experiment import write_experiment
 
 pytest.importorskip("jupyter_server", reason="jupyter_server is not installed (pip install -e .[lab])")
 pytest.importorskip("pytest_jupyter", reason="pytest-jupyter is not installed (pip install -e .[test])")
 
-from jupyter_server.utils import url_path_join
-
 # pytest-jupyter's fixtures, for this module only: as a plugin (`pytest_plugins`) its autouse event-loop and
 # server-cleanup fixtures and its test-call hook would apply to every test of the suite.
 from pytest_jupyter.jupyter_server import *  # noqa: F403
-from traitlets.config import Config
+from server_api import TINY_JOB, Api, is_finished, make_run, server_config
 
 from workbench.server.app import resolve_traces_root
-
-TINY_JOB = {"model": "mlp", "overrides": {"hidden": 32, "in_features": 16, "num_classes": 10},
-            "variants": ["eager"], "batch": 2, "iterations": 2, "warmup": 0, "threads": 1, "profile": False}
-"""A capture that takes a couple of seconds (most of it importing torch)."""
 
 
 @pytest.fixture
 def jp_server_config(monkeypatch):
     monkeypatch.delenv("WORKBENCH_TRACES", raising=False)  # the traces root is <root_dir>/traces
-    return Config({
-        "ServerApp": {"jpserver_extensions": {"workbench.server": True, "jupyter_server_terminals": False},
-                      "allow_unauthenticated_access": False},
-        "WorkbenchServerApp": {"cancel_grace_s": 30.0},
-    })
-
-
-class Api:
-    """Calls to the test server, running its event loop until each reply."""
-
-    def __init__(self, client, base_url: str, auth: dict[str, str], loop: asyncio.AbstractEventLoop) -> None:
-        self.client, self.base_url, self.auth, self.loop = client, base_url, auth, loop
-
-    def raw(self, method: str, path: str, body: Any = None, *, token: bool = True):
-        """`method` on `<base_url>/workbench/<path>`, the path sent exactly as given (escapes included)."""
-        data = None if body is None else body if isinstance(body, (str, bytes)) else json.dumps(body)
-        if data is None and method in ("POST", "PUT"):
-            data = b""
-        return self.loop.run_until_complete(self.client.fetch(
-            url_path_join(self.base_url, "workbench", path), method=method, body=data,
-            headers=dict(self.auth) if token else {}, raise_error=False, follow_redirects=False,
-            allow_nonstandard_methods=True))
-
-    def call(self, method: str, path: str, body: Any = None, *, token: bool = True) -> tuple[int, Any]:
-        """An API call: its status code and JSON reply."""
-        response = self.raw(method, f"api/{path}", body, token=token)
-        assert response.headers["Content-Type"].startswith("application/json"), response.body[:200]
-        return response.code, json.loads(response.body)
-
-    def ok(self, method: str, path: str, body: Any = None, status: int = 200) -> Any:
-        code, reply = self.call(method, path, body)
-        assert code == status, reply
-        return reply
-
-    def sleep(self, seconds: float) -> None:
-        self.loop.run_until_complete(asyncio.sleep(seconds))
-
-    def wait_job(self, job_id: str, until, what: str) -> dict[str, Any]:
-        """Poll the job until `until(job)` holds (a safety cap, not a timing check: about 3 minutes)."""
-        for _ in range(1800):
-            job = self.ok("GET", f"jobs/{job_id}")
-            if until(job):
-                return job
-            self.sleep(0.1)
-        pytest.fail(f"job {job_id} never {what}: {job}")
+    return server_config()
 
 
 @pytest.fixture
@@ -96,20 +45,6 @@ def api(jp_serverapp, http_server_client, jp_base_url, jp_auth_header, jp_asynci
 @pytest.fixture
 def traces(jp_root_dir) -> Path:
     return jp_root_dir / "traces"
-
-
-def make_run(root: Path, run_id: str, trace_dir: Path, variant: str = "eager", p50: float = 1.5,
-             experiment: str | None = None) -> str:
-    """A bundle with a small GPU-like trace and headline numbers, written as a capture would."""
-    trace = read_trace(payload_trace(trace_dir / f"{run_id}.json"))
-    info = {"model": {"name": "mlp"}, "variant": {"name": variant}, "device": "cuda:0",
-            "benchmark": {"p50": p50, "p99": p50 * 1.2}, "experiment": experiment}
-    write_bundle(root, run_id, info, trace)
-    return run_id
-
-
-def is_finished(job: dict[str, Any]) -> bool:
-    return job["status"] in ("succeeded", "failed", "cancelled")
 
 
 # --- authentication ---------------------------------------------------------------------------------------
@@ -290,12 +225,14 @@ def test_a_symlink_out_of_the_root_is_refused(api, traces, tmp_path):
     ({"model": "mlp", "colour": "red"}, "unknown capture option(s) 'colour'"),
     ({"out_dir": "/tmp/elsewhere"}, "'out_dir'"),
     ({"report_path": "/tmp/x.html"}, "'report_path'"),
-    ({"batch": "4"}, "batch: expected an integer"),
-    ({"batch": True}, "batch: expected an integer"),
-    ({"batch": 0}, "--batch"),
-    ({"profile": "yes"}, "profile: expected true or false"),
-    ({"variants": []}, "variants: expected a non-empty list"),
-    ({"overrides": ["layers=2"]}, "overrides: expected an object"),
+    ({"model": "mlp", "batch": "4"}, "batch: expected an integer"),
+    ({"model": "mlp", "batch": True}, "batch: expected an integer"),
+    ({"model": "mlp", "batch": 0}, "--batch"),
+    ({"model": "mlp", "profile": "yes"}, "profile: expected true or false"),
+    ({"model": "mlp", "variants": []}, "variants: expected a non-empty list"),
+    ({"model": "mlp", "overrides": ["layers=2"]}, "overrides: expected an object"),
+    ({}, "model: required"),
+    ({"variants": ["eager"]}, "model: required"),
     (["mlp"], "JSON object"),
     ("{oops", "not valid JSON"),
 ])
@@ -311,9 +248,11 @@ def test_capture_args_follow_the_cli_options():
                          "with_stack": True, "steady_state_only": False, "overrides": {"hidden": 64, "act": "relu"}})
     assert args == ["--model", "mlp", "--variants", "eager,int8", "--batch", "2", "--no-profile", "--with-stack",
                     "--set", "hidden=64", "--set", 'act="relu"']
-    assert capture_args({}) == []
+    assert capture_args({"model": "mlp"}) == ["--model", "mlp"]
+    with pytest.raises(CaptureRequestError, match="model: required"):
+        capture_args({})
     with pytest.raises(CaptureRequestError, match="iterations"):
-        capture_args({"iterations": 0})
+        capture_args({"model": "mlp", "iterations": 0})
 
 
 def test_unknown_jobs_are_404(api):
@@ -358,7 +297,7 @@ def test_cancel_a_running_job(api, traces):
     # still stop on the SIGINT of a cancel like on Ctrl-C, not wait for the kill after the grace period.
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        job = api.ok("POST", "jobs", {**TINY_JOB, "iterations": 10_000_000}, status=202)
+        job = api.ok("POST", "jobs", {**TINY_JOB, "iterations": MAX_ITERATIONS}, status=202)
         api.wait_job(job["id"], lambda j: (j["progress"]["tasks"].get("benchmark") or {}).get("completed", 0) > 0,
                      "reached its benchmark")
     finally:

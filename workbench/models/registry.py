@@ -7,7 +7,7 @@ from typing import Any
 
 from workbench.errors import UnknownModelError, WorkbenchError
 from workbench.models import convnet, mlp, tiny_gpt
-from workbench.models.loaded import LoadedModel
+from workbench.models.loaded import LoadedModel, Source
 from workbench.models.spec import BuiltinSpec, require_int
 from workbench.models.user import FACTORY_REF, load_exported, load_factory
 
@@ -52,6 +52,17 @@ def _load_builtin(spec: BuiltinSpec, overrides: dict[str, Any]) -> LoadedModel:
     )
 
 
+def model_source(ref: str, cwd: Path | None = None) -> Source | None:
+    """What kind of model `ref` names, as `load_model` decides it: "builtin", "export" (ends in .pt2 or
+    names an existing file, relative to `cwd`, default the current directory), "factory"
+    (`package.module:factory`), or None for none. The Jupyter server checks its policy with this."""
+    if ref in BUILTINS:
+        return "builtin"
+    if ref.endswith(".pt2") or ((cwd or Path()) / ref).is_file():
+        return "export"
+    return "factory" if FACTORY_REF.match(ref) else None
+
+
 def load_model(ref: str, **config_overrides: Any) -> LoadedModel:
     """Resolve `ref` into a LoadedModel.
 
@@ -59,10 +70,11 @@ def load_model(ref: str, **config_overrides: Any) -> LoadedModel:
     (called with `config_overrides` as keyword arguments) or the path of a saved torch.export
     program (ends in .pt2 or names an existing file; takes no overrides).
     """
-    if ref in BUILTINS:
+    source = model_source(ref)
+    if source == "builtin":
         return _load_builtin(BUILTINS[ref], config_overrides)
-    if ref.endswith(".pt2") or Path(ref).is_file():
+    if source == "export":
         return load_exported(ref, config_overrides)
-    if FACTORY_REF.match(ref):
+    if source == "factory":
         return load_factory(ref, config_overrides)
     raise _unknown(ref)

@@ -4,7 +4,14 @@ Configuration (jupyter_server_config.py, or `--WorkbenchServerApp.max_jobs=2` on
 
     c.WorkbenchServerApp.traces_root = "traces"   # relative to the server's root_dir
     c.WorkbenchServerApp.max_jobs = 1             # capture jobs running at once; the others queue
+    c.WorkbenchServerApp.max_queued_jobs = 8      # jobs that may wait; more are refused (429)
     c.WorkbenchServerApp.cancel_grace_s = 10.0    # after SIGINT, seconds before a cancelled job is killed
+    c.WorkbenchServerApp.allowed_factory_modules = ["mymodels"]   # their `mymodels...:factory` models may run
+    c.WorkbenchServerApp.allowed_model_dirs = ["models"]          # exported programs (.pt2) in these may load
+
+Capture jobs run only the built-in models unless the last two allow more: a factory model runs any
+callable of its module with the request's overrides as keyword arguments, and an exported program is
+unpickled, so either is code the admin must trust (see `model_policy`).
 
 BokehJS is served from the installed bokeh package under `<base_url>/workbench/static/bokeh/`
 (e.g. `js/bokeh.min.js`), behind the server's authentication, so the JavaScript always matches the
@@ -19,11 +26,13 @@ from pathlib import Path
 
 from jupyter_server.base.handlers import AuthenticatedFileHandler
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Float, Int, Unicode, validate
+from traitlets import Float, Int, List, Unicode, validate
 
 from workbench.paths import TRACES_ENV
-from workbench.server.handlers import ServerState, api_handlers
+from workbench.server.handlers import api_handlers
 from workbench.server.jobs import JobManager
+from workbench.server.model_policy import ModelPolicy
+from workbench.server.state import ServerState
 
 
 class WorkbenchServerApp(ExtensionApp):
@@ -37,6 +46,19 @@ class WorkbenchServerApp(ExtensionApp):
              "set, else 'traces' (the CLI's default, seen from root_dir).",
     )
     max_jobs = Int(1, config=True, help="Capture jobs that run at once; the others wait in a queue.")
+    max_queued_jobs = Int(8, config=True, help="Capture jobs that may wait in the queue; more are refused (429).")
+    allowed_factory_modules = List(
+        Unicode(), config=True,
+        help="Modules whose `module:factory` models capture jobs may run (each also allows its submodules). "
+             "A factory is Python code called with the request's overrides: list only trusted model modules. "
+             "Empty (the default): built-in models only.",
+    )
+    allowed_model_dirs = List(
+        Unicode(), config=True,
+        help="Folders (relative ones from root_dir) whose exported programs (.pt2) capture jobs may load, "
+             "links resolved. Loading one unpickles it: list only folders of trusted files. Empty (the default): "
+             "none.",
+    )
     cancel_grace_s = Float(10.0, config=True,
                            help="Seconds a cancelled job has to stop after SIGINT before it is killed.")
 
@@ -46,13 +68,24 @@ class WorkbenchServerApp(ExtensionApp):
             raise ValueError(f"max_jobs must be at least 1, got {proposal['value']}")
         return proposal["value"]
 
+    @validate("max_queued_jobs")
+    def _check_max_queued_jobs(self, proposal: dict) -> int:
+        if proposal["value"] < 0:
+            raise ValueError(f"max_queued_jobs must be at least 0, got {proposal['value']}")
+        return proposal["value"]
+
     def initialize_settings(self) -> None:
         root_dir = Path(self.serverapp.root_dir).expanduser()
         root = resolve_traces_root(self.traces_root, root_dir)
-        self.jobs = JobManager(max_running=self.max_jobs, grace_s=self.cancel_grace_s)
-        self.state = ServerState(root=root, jobs=self.jobs, cwd=root_dir,
+        self.jobs = JobManager(max_running=self.max_jobs, grace_s=self.cancel_grace_s,
+                               max_queued=self.max_queued_jobs)
+        policy = ModelPolicy(factory_modules=tuple(self.allowed_factory_modules),
+                             model_dirs=tuple(self.allowed_model_dirs), cwd=root_dir)
+        self.state = ServerState(root=root, jobs=self.jobs, cwd=root_dir, policy=policy,
                                  capture_command=lambda args: capture_command(args, self.state.root))
         self.log.info("workbench: traces root %s; at most %d capture job(s) at a time", root, self.max_jobs)
+        self.log.info("workbench: capture jobs may run built-in models, factories of %s, model files in %s",
+                      list(policy.factory_modules) or "no module", list(policy.model_dirs) or "no folder")
 
     def initialize_handlers(self) -> None:
         from bokeh.util.paths import bokehjs_path

@@ -3,26 +3,31 @@
     GET    runs                 runs and experiments of the traces root (the rows of `workbench ls --json`)
     GET    runs/<id>            one run's summary (`workbench show --json`; `?top=N` rows per op table)
     GET    runs/<id>/dashboard  {"run", "item"}: Bokeh `json_item` of the run's dashboard (`?width=N` pixels)
-    DELETE runs/<id>            delete the run (`workbench rm`)
+    DELETE runs/<id>            delete the run (`workbench rm`); for a link to a run, the link only
     POST   compare              {"runs": [ids], "width"?: N} -> {"runs", "item"}: json_item of their comparison
     GET    jobs                 every capture job, oldest first
     POST   jobs                 capture options (see `capture_request`) -> 202 and the job's status
+                                (403: a model the server's policy refuses; 429: the queue is full)
     GET    jobs/<id>            a job's status: progress, log tail, exit code, the CLI's JSON result
     DELETE jobs/<id>            cancel a job; returns its final status
     GET    config               {"traces_root", "default_traces_root"}: the folder the API reads and captures into
     PUT    config               {"traces_root": path} changes it for this server ("" restores the configured one)
 
-Run ids come from users: each must pass `is_valid_run_id` (400 otherwise) and is opened with
-`allow_paths=False`, so it resolves strictly inside the traces root (symlinks included). Every verb is
-`@tornado.web.authenticated`; analyses and views run in a worker thread, off the event loop.
+Everything a request carries is untrusted: run ids must pass `is_valid_run_id` (400 otherwise) and are
+opened with `allow_paths=False`, so they resolve strictly inside the traces root (symlinks included);
+bodies must be JSON nested at most `MAX_BODY_DEPTH` deep, numbers plain ASCII digits within bounds;
+the panel's traces root is re-checked at every use (see `state`). Error messages go out with the server's
+paths redacted (see `redact`). Every verb is `@tornado.web.authenticated`; analyses and views run in a
+worker thread, off the event loop.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,8 +38,19 @@ from tornado.ioloop import IOLoop
 from workbench.analysis.summary import run_row
 from workbench.errors import BundleError, WorkbenchError
 from workbench.server.capture_request import capture_args
-from workbench.server.jobs import Job, JobManager
-from workbench.trace.bundle import Bundle, delete_bundle, is_valid_run_id, json_safe, list_bundles, open_bundle
+from workbench.server.jobs import Job, QueueFull
+from workbench.server.model_policy import ModelRefused
+from workbench.server.redact import redact_paths
+from workbench.server.state import RootEscaped, RootRefused, ServerState
+from workbench.trace.bundle import (
+    Bundle,
+    delete_bundle,
+    is_valid_run_id,
+    json_safe,
+    list_bundles,
+    open_bundle,
+    resolve_inside,
+)
 from workbench.trace.experiment import list_experiments
 
 T = TypeVar("T")
@@ -42,26 +58,12 @@ T = TypeVar("T")
 
 WIDTHS = (400, 4000)
 """Smallest and largest layout width (pixels) a client may ask for, so a view is neither unreadable nor huge."""
-
-
-@dataclass
-class ServerState:
-    """What the handlers share: the traces root, the job manager, and how a capture job is started.
-
-    `capture_command(args)` is the full command line of `workbench capture args` (into the current `root`);
-    jobs run in `cwd`. `root` changes with `PUT config` (the JupyterLab setting); `default_root` is the
-    configured one, which `PUT config` with an empty path restores.
-    """
-
-    root: Path
-    jobs: JobManager
-    capture_command: Callable[[list[str]], list[str]]
-    cwd: Path | None = None
-    default_root: Path | None = None
-
-    def __post_init__(self) -> None:
-        if self.default_root is None:
-            self.default_root = self.root
+MAX_TOP = 10_000
+"""Most rows per op table a client may ask a summary for."""
+MAX_BODY_DEPTH = 32
+"""Deepest nesting of arrays and objects a request body may have (the API's own bodies need 3)."""
+_DIGITS = re.compile(r"[0-9]{1,9}")
+"""A query number: ASCII digits only (`str.isdigit` also takes `²`, which `int` refuses)."""
 
 
 class ApiError(tornado.web.HTTPError):
@@ -85,7 +87,8 @@ class WorkbenchHandler(APIHandler):
         self.finish(json.dumps(value, allow_nan=False))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        """Every error as `{"message": ...}`: the HTTPError's message, or the exception's for a bug."""
+        """Every error as `{"message": ...}`: the HTTPError's message, or the exception's for a bug;
+        either way with the server's paths redacted."""
         exc = kwargs.get("exc_info", (None, None, None))[1]
         if isinstance(exc, tornado.web.HTTPError):
             message = (exc.log_message % exc.args if exc.args else exc.log_message) or exc.reason
@@ -94,14 +97,27 @@ class WorkbenchHandler(APIHandler):
         else:
             message = None
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps({"message": message or self._reason}))
+        self.finish(json.dumps({"message": self.redacted(message or self._reason)}))
+
+    def redacted(self, message: str) -> str:
+        """`message` without the server's absolute paths (the roots it knows by a label, others as `<path>`)."""
+        return redact_paths(message, {"<traces root>": self.state.root,
+                                      "<configured traces root>": self.state.default_root,
+                                      "<server root>": self.state.cwd})
 
     def json_body(self) -> Any:
-        """The request body's JSON value (null when empty; 400 when it is not JSON)."""
+        """The request body's JSON value (null when empty); 400 when it is not JSON, uses NaN or Infinity,
+        or nests deeper than MAX_BODY_DEPTH."""
+        too_deep = ApiError(400, f"the body nests arrays and objects more than {MAX_BODY_DEPTH} levels deep")
         try:
-            return json.loads(self.request.body or b"null")
+            value = json.loads(self.request.body or b"null", parse_constant=_refuse_constant)
+        except RecursionError as exc:
+            raise too_deep from exc
         except ValueError as exc:
             raise ApiError(400, f"the body is not valid JSON: {exc}") from exc
+        if _nesting(value) > MAX_BODY_DEPTH:
+            raise too_deep
+        return value
 
     def body_object(self, allowed: tuple[str, ...]) -> dict[str, Any]:
         """The request body as a JSON object with only the `allowed` keys (400 otherwise)."""
@@ -113,15 +129,38 @@ class WorkbenchHandler(APIHandler):
             raise ApiError(400, f"unknown key(s) {', '.join(map(repr, unknown))}; valid: {', '.join(allowed)}")
         return body
 
+    def query_int(self, name: str, low: int, high: int, unit: str) -> int | None:
+        """The query argument `name` as an integer from `low` to `high` (None when absent; 400 otherwise)."""
+        text = self.get_query_argument(name, None)
+        if text is None:
+            return None
+        if not _DIGITS.fullmatch(text) or not low <= int(text) <= high:
+            raise ApiError(400, f"{name}: expected an integer number of {unit} from {low} to {high}, got {text!r}")
+        return int(text)
+
+    def traces_root(self) -> Path:
+        """The traces root for this request; 409 when the panel's choice leads outside root_dir now."""
+        try:
+            return self.state.checked_root()
+        except RootEscaped as exc:
+            raise ApiError(409, str(exc)) from exc
+
     def open_run(self, run_id: str) -> Bundle:
         """The bundle `run_id` names inside the traces root: 400 for an invalid id, 404 when there is none,
         422 when the entry exists but is no readable bundle inside the root (e.g. a symlink out of it)."""
         if not is_valid_run_id(run_id):
             raise ApiError(400, f"{run_id!r} is not a run id (letters, digits, '_', '-' and '.')")
+        root = self.traces_root()
+        if not os.path.lexists(root / run_id):
+            raise ApiError(404, f"no run {run_id!r} in the traces root")
         try:
-            return open_bundle(run_id, self.state.root, allow_paths=False)
+            resolve_inside(root, root / run_id, f"run {run_id!r}")
+        except BundleError as exc:  # its own message would name where the link leads
+            raise ApiError(422, f"run {run_id!r} leads outside the traces root (or nowhere); refused") from exc
+        try:
+            return open_bundle(run_id, root, allow_paths=False)
         except BundleError as exc:
-            raise ApiError(422 if os.path.lexists(self.state.root / run_id) else 404, str(exc)) from exc
+            raise ApiError(422, str(exc)) from exc
 
     async def in_thread(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` in a worker thread (analyses and Bokeh layouts take seconds on big traces);
@@ -132,19 +171,36 @@ class WorkbenchHandler(APIHandler):
             raise ApiError(422, str(exc)) from exc
 
 
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _nesting(value: Any) -> int:
+    """How deep `value` nests arrays and objects (0 for a scalar), counted without recursion; the count
+    stops past MAX_BODY_DEPTH."""
+    deepest, pending = 0, [(value, 1)]
+    while pending and deepest <= MAX_BODY_DEPTH:
+        item, depth = pending.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            pending.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 class RunsHandler(WorkbenchHandler):
     @tornado.web.authenticated
     async def get(self) -> None:
         """Runs and experiments, oldest first; unreadable entries listed under `problems`."""
-        self.reply(await self.in_thread(_listing, self.state.root))
+        self.reply(await self.in_thread(_listing, self.traces_root(), self.redacted))
 
 
-def _listing(root: Path) -> dict[str, Any]:
-    """The runs as the rows of `workbench ls --json` (one function, so both surfaces agree) and the experiments."""
+def _listing(root: Path, redacted: Callable[[str], str]) -> dict[str, Any]:
+    """The runs as the rows of `workbench ls --json` (one function, so both surfaces agree) and the experiments;
+    the messages of `problems` pass through `redacted` (they may name where a link leads)."""
     problems: list[dict[str, str]] = []
 
     def note(path: Path, message: str) -> None:
-        problems.append({"entry": path.name, "message": message})
+        problems.append({"entry": path.name, "message": redacted(message)})
 
     runs = [run_row(bundle.run_id, bundle.info) for bundle in list_bundles(root, on_problem=note)]
     experiments = [{"experiment": e.experiment_id, "model": e.info.get("model"), "reference": e.info.get("reference"),
@@ -160,18 +216,28 @@ class RunHandler(WorkbenchHandler):
         """The run's summary (`workbench show --json`)."""
         from workbench.analysis.summary import run_summary
 
-        top = self.get_query_argument("top", "10")
-        if not top.isdigit() or int(top) < 1:
-            raise ApiError(400, f"top must be a positive integer, got {top!r}")
+        top = self.query_int("top", 1, MAX_TOP, "rows")
         bundle = self.open_run(run_id)
-        self.reply(json_safe(await self.in_thread(run_summary, bundle, int(top))))
+        self.reply(json_safe(await self.in_thread(run_summary, bundle, 10 if top is None else top)))
 
     @tornado.web.authenticated
     async def delete(self, run_id: str) -> None:
-        """Delete the run (`workbench rm`)."""
+        """Delete the run (`workbench rm`). An entry that is a link (to a run inside the root) loses the link
+        only: the run it leads to has its own entry and id, and stays."""
         bundle = self.open_run(run_id)
-        await self.in_thread(lambda: delete_bundle(bundle.run_id, self.state.root, allow_paths=False))
+        entry = self.state.root / run_id
+        if entry.is_symlink():
+            await self.in_thread(_unlink, entry, run_id)
+        else:
+            await self.in_thread(functools.partial(delete_bundle, run_id, self.state.root, allow_paths=False))
         self.reply({"deleted": bundle.run_id})
+
+
+def _unlink(link: Path, run_id: str) -> None:
+    try:
+        link.unlink()
+    except OSError as exc:
+        raise BundleError(f"cannot delete the link {run_id!r}: {exc.strerror}") from exc
 
 
 class DashboardHandler(WorkbenchHandler):
@@ -180,8 +246,7 @@ class DashboardHandler(WorkbenchHandler):
         """The run's dashboard as a Bokeh json_item (embed with `Bokeh.embed.embed_item`)."""
         from workbench.views.dashboard import dashboard
 
-        width = self.get_query_argument("width", None)
-        sized = _sized(int(width) if width is not None and width.isdigit() else width)
+        sized = _sized(self.query_int("width", *WIDTHS, "pixels"))
         bundle = self.open_run(run_id)
         self.reply({"run": bundle.run_id, "item": await self.in_thread(lambda: _item(dashboard(bundle, **sized)))})
 
@@ -232,11 +297,17 @@ class JobsHandler(WorkbenchHandler):
         """Start a capture job (or queue it when the job slots are taken): 202 and its status."""
         body = self.json_body()
         try:
-            args = capture_args(body)
-        except WorkbenchError as exc:
+            args = capture_args(body, self.state.policy)
+        except ModelRefused as exc:
+            raise ApiError(403, str(exc)) from exc
+        except WorkbenchError as exc:  # CaptureRequestError, LimitError
             raise ApiError(400, str(exc)) from exc
-        jobs = self.state.jobs
-        job = jobs.submit(self.state.capture_command(args), request=body, cwd=self.state.cwd)
+        root, jobs = self.traces_root(), self.state.jobs
+        try:  # the job checks the panel's root again as it starts: it may wait in the queue a long time
+            job = jobs.submit(self.state.capture_command(args), request=body, cwd=self.state.cwd,
+                              check=functools.partial(self.state.check_root, root))
+        except QueueFull as exc:
+            raise ApiError(429, str(exc)) from exc
         self.set_header("Location", self.request.path.rstrip("/") + "/" + job.job_id)
         self.reply(json_safe(jobs.describe(job)), status=202)
 
@@ -281,18 +352,10 @@ class ConfigHandler(WorkbenchHandler):
         value = self.body_object(("traces_root",)).get("traces_root")
         if not isinstance(value, str):
             raise ApiError(400, f"traces_root: expected a path (a string, empty for the default), got {value!r}")
-        if value.strip():
-            chosen = ((self.state.cwd or Path.cwd()) / Path(value.strip()).expanduser()).absolute()
-        else:
-            assert self.state.default_root is not None  # set by ServerState.__post_init__
-            chosen = self.state.default_root
-        if chosen.exists() and not chosen.is_dir():
-            raise ApiError(400, f"traces_root: {chosen} exists and is not a folder")
-        base = (self.state.cwd or Path.cwd()).resolve()
-        if chosen != self.state.default_root and not chosen.resolve().is_relative_to(base):
-            raise ApiError(400, f"traces_root: {chosen} is outside the server's root folder {base}; "
-                                "the panel may only choose folders inside it")
-        self.state.root = chosen
+        try:
+            self.state.choose_root(value)
+        except RootRefused as exc:
+            raise ApiError(400, str(exc)) from exc
         self.reply(self._config())
 
 

@@ -1,9 +1,12 @@
 """Capture jobs of the Jupyter server: command lines run as subprocesses on the server's event loop.
 
-At most `max_running` jobs run at once; the others wait in a FIFO queue. A job's command prints its
-result as JSON on stdout (the CLI's `--json`) and its progress as JSON lines on stderr (the CLI's
-`--progress-json`, see `workbench.progress.JsonProgress`); every other stderr line goes to the job's
-log tail. A job is queued, then running, then succeeded (exit code 0), failed or cancelled.
+At most `max_running` jobs run at once; the others wait in a FIFO queue of at most `max_queued` (a job
+beyond it is refused with QueueFull). A job may carry a `check` run as it starts (e.g. that the folder it
+writes into is still allowed); a WorkbenchError from it fails the job without starting it.
+
+A job's command prints its result as JSON on stdout (the CLI's `--json`) and its progress as JSON lines
+on stderr (the CLI's `--progress-json`, see `workbench.progress.JsonProgress`); every other stderr line
+goes to the job's log tail. A job is queued, then running, then succeeded (exit code 0), failed or cancelled.
 
 Cancelling a running job sends SIGINT to its process group (the CLI stops as on Ctrl-C: nothing
 half-written is kept), then SIGKILL if it has not exited after a grace period. Jobs live in memory:
@@ -19,12 +22,13 @@ import os
 import secrets
 import signal
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from workbench.cli import EXIT_INTERRUPTED, EXIT_PARTIAL
+from workbench.errors import WorkbenchError
 from workbench.trace.bundle import utc_now
 
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
@@ -46,6 +50,7 @@ class Job:
     argv: list[str]
     request: dict[str, Any]
     cwd: Path | None = None
+    check: Callable[[], None] | None = field(default=None, repr=False)
     job_id: str = field(default_factory=lambda: secrets.token_hex(8))
     status: JobStatus = "queued"
     created: str = field(default_factory=utc_now)
@@ -114,16 +119,23 @@ def _progress_event(line: str) -> dict[str, Any] | None:
     return event if isinstance(completed, int) and not isinstance(completed, bool) else None
 
 
-class JobManager:
-    """Runs jobs on the current asyncio loop, `max_running` at a time, the rest queued in order.
+class QueueFull(WorkbenchError):
+    """A job submitted while every slot is taken and the queue holds `max_queued` jobs already."""
 
-    Finished jobs are kept for their status, the `keep_finished` most recent ones.
+
+class JobManager:
+    """Runs jobs on the current asyncio loop, `max_running` at a time, at most `max_queued` more queued in
+    order. Finished jobs are kept for their status, the `keep_finished` most recent ones.
     """
 
-    def __init__(self, max_running: int = 1, grace_s: float = 10.0, keep_finished: int = 100) -> None:
+    def __init__(self, max_running: int = 1, grace_s: float = 10.0, keep_finished: int = 100,
+                 max_queued: int = 8) -> None:
         if max_running < 1:
             raise ValueError(f"max_running must be at least 1, got {max_running}")
+        if max_queued < 0:
+            raise ValueError(f"max_queued must be at least 0, got {max_queued}")
         self.max_running = max_running
+        self.max_queued = max_queued
         self.grace_s = grace_s
         self.keep_finished = keep_finished
         self._jobs: dict[str, Job] = {}
@@ -131,9 +143,15 @@ class JobManager:
         self._running: set[Job] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def submit(self, argv: Sequence[str], request: dict[str, Any], cwd: Path | None = None) -> Job:
-        """Queue `argv` as a new job and start it if a slot is free; must be called on the loop."""
-        job = Job(list(argv), request, cwd)
+    def submit(self, argv: Sequence[str], request: dict[str, Any], cwd: Path | None = None,
+               check: Callable[[], None] | None = None) -> Job:
+        """Queue `argv` as a new job and start it if a slot is free; must be called on the loop. `check` runs
+        as the job starts. Raises QueueFull when no slot is free and the queue is full."""
+        if len(self._running) >= self.max_running and len(self._queue) >= self.max_queued:
+            raise QueueFull(f"the capture queue is full: {len(self._running)} job(s) running and "
+                            f"{len(self._queue)} waiting, the most this server allows; wait for one to end or "
+                            "cancel one")
+        job = Job(list(argv), request, cwd, check)
         self._jobs[job.job_id] = job
         self._queue.append(job)
         self._start_queued()
@@ -183,6 +201,12 @@ class JobManager:
     def _start_queued(self) -> None:
         while self._queue and len(self._running) < self.max_running:
             job = self._queue.popleft()
+            try:
+                if job.check is not None:
+                    job.check()
+            except WorkbenchError as exc:
+                job._end("failed", str(exc))
+                continue
             self._running.add(job)
             job.status, job.started = "running", utc_now()
             task = asyncio.ensure_future(self._run(job))
