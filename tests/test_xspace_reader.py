@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from workbench.analysis.steps import step_windows
 from workbench.errors import MissingDependency, TraceFormatError
 from workbench.trace import read_trace, sniff_format
 from workbench.trace.model import Trace
@@ -117,22 +119,31 @@ def test_several_hosts_in_one_run(run_dir: Path, trace: Trace, tmp_path: Path) -
 
 
 def test_chrome_trace_beside_it_has_the_same_xla_ops(run_dir: Path, trace: Trace) -> None:
-    """JAX writes `<host>.trace.json.gz` from the same XSpace. It has no categories, so the Kineto reader
-    calls every event `other`; an XLA op there is an event whose args carry `hlo_op`. JAX ends `traceEvents`
-    with an empty `{}`, which the Kineto reader counts and skips, so both readers start from the same event
-    and the ops' times agree directly."""
+    """JAX writes `<host>.trace.json.gz` from the same XSpace: processes named after its planes, threads
+    after its lines, no categories, the event stats (`hlo_op`, `hlo_module`, `step_num`) as string args.
+    The Kineto reader classifies those rows by the XSpace reader's rules, so both files give the same
+    kinds, tracks and steps. JAX ends `traceEvents` with an empty `{}`, which the Kineto reader counts
+    and skips, so both readers start from the same event and the ops' times agree directly."""
     (json_path,) = run_dir.glob("*.trace.json.gz")
     chrome = read_trace(json_path)
     assert chrome.metadata["source"]["format"] == "kineto"
-    ops = [r for r in chrome.events.to_pylist() if r["args"] and "hlo_op" in json.loads(r["args"])]
+    assert chrome.kind_counts() == trace.kind_counts()
+    assert {"hlo", "python", "annotation", "op"} <= set(trace.kind_counts())
+    assert Counter(chrome.df()["track"].astype(str)) == Counter(trace.df()["track"].astype(str))
+    ops = _rows(chrome, "hlo")
     hlo = _rows(trace, "hlo")
-    assert len(ops) == len(hlo)
+    assert all("hlo_op" in json.loads(r["args"]) for r in ops)
 
     def key(rows: list[dict]) -> np.ndarray:
         return np.array(sorted((r["start_ns"], r["dur_ns"]) for r in rows))
 
     assert sorted(r["name"] for r in ops) == sorted(r["name"] for r in hlo)
     assert np.abs(key(ops) - key(hlo)).max() <= 2  # µs floats in the JSON: a ns of rounding at each end
+    chrome_steps, steps = step_windows(chrome), step_windows(trace)
+    assert chrome_steps["step"].tolist() == steps["step"].tolist() == list(range(STEPS))
+    assert np.abs(chrome_steps[["start_ns", "end_ns"]].to_numpy() - steps[["start_ns", "end_ns"]].to_numpy()).max() <= 2
+    assert sorted(int(json.loads(r["args"])["step_num"]) for r in _rows(chrome, "annotation") if r["name"] == "train") \
+        == list(range(STEPS))
     assert chrome.metadata["reader"]["skipped"]["empty records ({})"] == 1
     assert chrome.events.num_rows == trace.events.num_rows  # every event is in both files
 

@@ -44,6 +44,37 @@ def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return encoded.indices.to_numpy().astype(np.int32), encoded.dictionary.to_numpy()
 
 
+def group_codes(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(int32 code per row, first row of each code) of the distinct combinations of the columns' values,
+    in order of appearance: a multi-column `factorize`."""
+    codes = np.zeros(len(columns[0]) if columns else 0, dtype=np.int64)
+    for column in columns:
+        column_codes, values = factorize(column)
+        codes, _ = factorize(codes * len(values) + column_codes)
+        codes = codes.astype(np.int64)
+    _, first = np.unique(codes, return_index=True)
+    return codes.astype(np.int32), first
+
+
+def raw_strings(values: Any) -> tuple[pa.Array, np.ndarray]:
+    """An Arrow string array of raw JSON byte strings (empty → null) and the mask of present ones,
+    built from one joined buffer rather than a Python string per value."""
+    n = len(values)
+    lengths = np.fromiter(map(len, values), dtype=np.int64, count=n)
+    present = lengths > 0
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    large = offsets[-1] >= 2**31
+    validity = None if present.all() else pa.py_buffer(np.packbits(present, bitorder="little"))
+    array = pa.Array.from_buffers(
+        pa.large_string() if large else pa.string(), n,
+        [validity, pa.py_buffer(offsets if large else offsets.astype(np.int32)),
+         pa.py_buffer(b"".join(values))],
+        null_count=int(n - present.sum()),
+    )
+    return array, present
+
+
 def lookup(keys: np.ndarray, ref_keys: np.ndarray, ref_values: np.ndarray, missing: int = -1) -> np.ndarray:
     """For each key, the ref_value whose ref_key equals it (`missing` where none does)."""
     out = np.full(len(keys), missing, dtype=np.asarray(ref_values).dtype if len(ref_values) else np.int64)

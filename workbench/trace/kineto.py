@@ -2,20 +2,33 @@
 
 Record by record:
 
-| source (`ph`, `cat`/`name`)                  | goes to                                         |
-|----------------------------------------------|-------------------------------------------------|
-| `X` spans, `i`/`I` instants, `B`/`E` pairs   | `events` (kind from the category, see below)   |
-| `i` named `[memory]`                         | `memory` (addr, bytes, totals, enclosing op)    |
-| `C` counters                                 | `counters`, one row per series                  |
-| `M` metadata (process/thread names, labels)  | `metadata["processes"]`, `metadata["threads"]` |
-| `s`/`t`/`f` flows                            | not rows: launches are linked through the       |
-|                                              | `correlation` ids the flows mirror             |
-| anything else                                | `events` with kind `other`, `ph` kept in args   |
+| source (`ph`, `cat`/`name`)                  | goes to                                          |
+|----------------------------------------------|--------------------------------------------------|
+| `X` spans, `i`/`I` instants                  | `events` (kind from the category, see below)     |
+| `B`/`E`, async `b`/`e`, legacy async `S`/`F` | `events`: one span per pair (`kineto_pairs`);    |
+| pairs; async `n`/`T`/`p` instants            | async ones on `cpu/async <cat>:<id>` tracks      |
+| `i` named `[memory]`                         | `memory` (addr, bytes, totals, enclosing op)     |
+| `C` counters                                 | `counters`, one row per series (`kineto_tables`) |
+| `M` metadata (process/thread names, labels)  | `metadata["processes"]`, `metadata["threads"]`  |
+| `s`/`t`/`f` flows                            | not rows: launches are linked through the        |
+|                                              | `correlation` ids the flows mirror              |
+| anything else, or no `ph` at all             | `events` with kind `other`, `ph` kept in args    |
+
+Kinds come from the category (`kineto_categories`: MTIA command-processor waits and DMA split off by
+name), devices and tracks from the category and the process (`kineto_tracks`); a JSON written by
+`jax.profiler` beside its XSpace is classified as the XSpace reader does (`kineto_xla`).
 
 Kernels are linked to the host op that launched them through the runtime call with the same
 `correlation` id (kernel → `cudaLaunchKernel` → its innermost enclosing op); where no runtime call
 matches, through the `External id` that Kineto copies from the op. The two ids are different
 number spaces and are never compared with each other.
+
+Nothing is changed silently: `metadata["reader"]["skipped"]` counts, by reason, the records that are
+no rows (flows, metadata, timestamps that are no number or out of int64 ns range) and the values not
+kept as written (a duration that is negative, no number or would end past int64 ns becomes 0, the
+value as written kept in args, as `dur_as_written` where it was a number; ids past int64 stay in args
+only); `metadata["reader"]["warnings"]` says what makes the trace doubtful as a whole (no events at
+all, malformed `deviceProperties`).
 
 The file is decoded block by block (`jsonstream`); a large uncompressed file on Linux is decoded by
 one forked process per usable CPU (up to `MAX_WORKERS`) while this one plans the blocks, then the
@@ -32,31 +45,36 @@ from collections import Counter
 from pathlib import Path
 from typing import IO, Any
 
-import msgspec
 import numpy as np
 import pyarrow as pa
 
 from workbench.errors import TraceFormatError
-from workbench.trace import schema
-from workbench.trace.columns import dict_array, factorize, lookup
+from workbench.trace import kineto_xla, schema
+from workbench.trace.columns import dict_array, encode_strings
 from workbench.trace.jsonstream import TraceEventStream, can_fork
-from workbench.trace.kineto_categories import DEVICE_CATEGORIES, DEVICE_TYPES, KIND_BY_CATEGORY
-from workbench.trace.kineto_chunks import (
-    EVENT_FLOATS,
-    EVENT_INTS,
-    MISSING,
-    Chunk,
-    EventSchemaError,
-    Strings,
-    decode_chunk,
+from workbench.trace.kineto_categories import (
+    DEVICE_CATEGORIES,
+    DEVICE_RANGE_CATEGORIES,
+    KIND_BY_CATEGORY,
+    KIND_BY_NAME_PREFIX,
+    kind_of,
 )
+from workbench.trace.kineto_chunks import EVENT_FLOATS, EVENT_INTS, Chunk, Strings, decode_chunk
+from workbench.trace.kineto_pairs import pair_spans
+from workbench.trace.kineto_records import EventSchemaError, Phase
+from workbench.trace.kineto_tables import counters_table, device_list, device_names, memory_table, names_metadata
+from workbench.trace.kineto_tracks import host_thread_tracks, place, track_labels
+from workbench.trace.kineto_values import INT64_MAX, JSON_DEPTH_LIMIT, MISSING, decode_json, deep_json, merge_json
+from workbench.trace.launches import launchers
 from workbench.trace.model import Trace
-from workbench.trace.nesting import innermost_enclosing, nest_spans
-
-KIND_CODES = {k: i for i, k in enumerate(schema.KINDS)}
+from workbench.trace.nesting import nest_spans
+from workbench.trace.schema import KIND_CODES
 
 _GZIP_MAGIC = b"\x1f\x8b"
-_SPAN_PHASES = ("X", "i", "I", "B", "b", "n")
+_ROW_PHASES = ("X", "i", "I", "B", "b", "n", "S", "T", "p")
+_INSTANT_PHASES = ("i", "I", "n", "T", "p")
+_LINKED_KINDS = ("runtime", "kernel", "memcpy", "memset")
+_UNLABELLED = (Phase.UNKNOWN.value, Phase.ABSENT.value)
 
 MAX_WORKERS = 4
 """Most processes decoding one file (2 is all this project's machines have measured): the assembly
@@ -69,6 +87,12 @@ two workers do not surely win back below this. Medians of `benchmarks/ingest.py 
 workbench-seq,workbench-par` on 2 CPUs, one process vs workers: load 1.1 (11 runs) 17 MB 0.19 vs
 0.21 s, 34 MB 0.38 vs 0.36 s, 67 MB 0.68 vs 0.58 s; load 3 (15 runs) 17 MB 0.14 vs 0.25 s, 34 MB
 0.41 vs 0.57 s, 67 MB 0.63 vs 0.57 s."""
+
+UNKNOWN = "records of unknown category or phase (kept, kind other)"
+NO_PHASE = "records without 'ph' (kept, kind other)"
+NEGATIVE_DUR = "negative durations (set to 0, dur_as_written in args)"
+FAR_DUR = "durations ending past int64 ns (set to 0, dur_as_written in args)"
+NAN_DUR = "durations that are not numbers (set to 0, kept in args as dur)"
 
 
 def open_trace_file(path: Path) -> IO[bytes]:
@@ -102,14 +126,16 @@ def read_kineto(path: str | os.PathLike[str], workers: int | None = None) -> Tra
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of short-lived tuples: the cyclic collector would double the time
     try:
-        with open_trace_file(path) as stream:
+        with deep_json(), open_trace_file(path) as stream:
             events = TraceEventStream(stream, path, decode_chunk)
             processes = decode_processes(stream, workers)
             try:
                 chunks = list(events if processes == 1 else events.parallel(processes))
             except EventSchemaError as exc:
                 raise TraceFormatError(path, str(exc)) from exc
-        return _Assembler(path, chunks, events.header).trace()
+            return _Assembler(path, chunks, events.header).trace()
+    except RecursionError as exc:
+        raise TraceFormatError(path, f"JSON nested more than {JSON_DEPTH_LIMIT:,} levels deep") from exc
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -128,11 +154,15 @@ def decode_processes(stream: IO[bytes], workers: int | None = None) -> int:
     return max(workers, 1)
 
 
-def _unify(columns: list[Strings]) -> tuple[np.ndarray, list[str]]:
-    """Concatenate per-chunk dictionary columns into one: (int32 codes, -1 for null; values)."""
+def _unify(columns: list[Strings | None], sizes: list[int]) -> tuple[np.ndarray, list[str]]:
+    """Concatenate per-chunk dictionary columns into one (a chunk's None is all null): (int32 codes,
+    -1 for null; values)."""
     values: dict[str, int] = {}
     parts = []
-    for col in columns:
+    for col, size in zip(columns, sizes, strict=True):
+        if col is None:
+            parts.append(np.full(size, -1, dtype=np.int32))
+            continue
         remap = np.array([values.setdefault(v, len(values)) for v in col.values] + [-1], dtype=np.int32)
         parts.append(remap[col.codes])  # code -1 picks the trailing -1
     codes = np.concatenate(parts) if parts else np.zeros(0, np.int32)
@@ -147,110 +177,146 @@ class _Assembler:
         self.chunks = chunks
         self.header = header
         self.skipped: Counter[str] = Counter()
+        self.warnings: list[str] = []
+        self.names: dict[int, str] = {}
         self.vendor = "cuda"
         self.base_us = 0
         """Whole µs every chunk's timestamps are relative to once `trace` has rebased them."""
+        self.keep: np.ndarray | None = None
+        """Rows that stay once begins and ends are paired (None: all)."""
 
     def _concat(self, key: str, missing: Any = None) -> Any:
-        """One event column over all chunks, released from the chunks as it is taken.
-
-        Chunks that left a numeric column out (None) contribute `missing`; None if all did.
+        """One event column over all chunks (only the rows in `keep` once it is set), released from the
+        chunks as it is taken. Chunks that left a numeric column out (None) contribute `missing`; None if all did.
         """
         parts = [c.events.pop(key) for c in self.chunks]
-        if key in ("ph", "name", "cat"):
-            return _unify(parts)
-        if parts and isinstance(parts[0], pa.Array):
-            return pa.chunked_array(parts, type=pa.string())
+        sizes = [c.rows for c in self.chunks]
+        if key in ("ph", "name", "cat", "async"):
+            codes, values = _unify(parts, sizes)
+            return self._sel(codes), values
+        if any(isinstance(p, pa.Array) for p in parts):
+            return self._sel(pa.chunked_array(parts, type=pa.string()))
         if all(p is None for p in parts) and missing is not None:
             return None
-        sizes = [c.rows for c in self.chunks]
-        return np.concatenate([np.full(n, missing) if p is None else p for p, n in zip(parts, sizes, strict=True)]) \
+        column = np.concatenate([np.full(n, missing) if p is None else p for p, n in zip(parts, sizes, strict=True)]) \
             if parts else np.zeros(0)
+        return self._sel(column)
+
+    def _sel(self, column: Any) -> Any:
+        if self.keep is None:
+            return column
+        if isinstance(column, pa.ChunkedArray):
+            return column.filter(pa.array(self.keep))
+        return column[self.keep]
 
     def trace(self) -> Trace:
         chunks = self.chunks
         self.base_us = min((c.ts_base_us for c in chunks), default=0)
         for chunk in chunks:
             chunk.rebase(self.base_us)
+            self.skipped.update(chunk.skipped)
+            self.names.update(chunk.names)
         records = sum(c.records for c in chunks)
         self.skipped["flow events (links kept as correlation ids)"] = sum(c.flows for c in chunks)
         self.skipped["empty records ({})"] = sum(c.empty for c in chunks)
         memory_src = np.concatenate([c.memory for c in chunks]) if chunks else np.zeros(0)
         ph_codes, ph_values = self._concat("ph")
-        if len(ph_codes) and (ph_codes == ph_values.index("")).all():
-            raise TraceFormatError(self.path, "traceEvents entries have no 'ph' field: not trace events")
-        ts, dur = self._concat("ts"), self._concat("dur")
-        origin_us = self._origin(ts, memory_src)
-        pid, tid = self._concat("pid"), self._concat("tid")
-        flow_id = self._concat("id", missing=-1)
-        args = self._concat("args")
-        keep, dur, args = self._pair_begin_end(ph_codes, ph_values, pid, tid, flow_id, ts, dur, args)
-        rows = None if keep.all() else np.flatnonzero(keep)
-
-        def sel(column: Any) -> Any:
-            if rows is None:
-                return column
-            if isinstance(column, pa.ChunkedArray):
-                return column.take(pa.array(rows))
-            return column[rows]
-
+        ts, dur, pid, tid = (self._concat(k) for k in ("ts", "dur", "pid", "tid"))
+        async_codes, async_values = self._concat("async")
+        keep, dur, args = pair_spans(ph_codes, ph_values, pid, tid, async_codes, ts, dur, self._concat("args"),
+                                     self.skipped)
+        if not keep.all():
+            self.keep = keep
+            ph_codes, ts, dur, pid, tid, async_codes, args = (
+                self._sel(c) for c in (ph_codes, ts, dur, pid, tid, async_codes, args))
         cat_codes, cat_values = self._concat("cat")
-        kind_of_cat = np.array([KIND_CODES[KIND_BY_CATEGORY.get(c, "other")] for c in cat_values]
-                               + [KIND_CODES["other"]], dtype=np.int8)
-        kind = kind_of_cat[cat_codes]  # code -1 (no category) picks the trailing "other"
-        instant = np.isin(ph_codes, [i for i, p in enumerate(ph_values) if p in ("i", "I", "n")])
-        kind[instant & (cat_codes < 0)] = KIND_CODES["annotation"]
-        on_device = np.array([c in DEVICE_CATEGORIES for c in cat_values] + [False])[cat_codes]
+        name_codes, name_values = self._concat("name")
+        kind = self._kinds(cat_codes, cat_values, name_codes, name_values, ph_codes, ph_values)
         ints = {k: self._concat(k) for k in EVENT_INTS}
         self.vendor = self._vendor([cat_values[c] for c in np.unique(cat_codes).tolist() if c >= 0])
-        device_code = np.where(on_device, np.where(ints["device"] != MISSING, ints["device"], pid), -1)
-        lane = np.where(on_device & (ints["stream"] != MISSING), ints["stream"], tid)
-        del ints["device"], ints["stream"]  # a million-row trace: free what is no longer needed
-        track_codes, track_labels = self._tracks(device_code, lane, pid)
-        n_devices = int(device_code.max()) + 1 if len(device_code) else 0
-        device_labels = ["cpu"] + [f"{self.vendor}:{d}" for d in range(n_devices)]
-
-        start_ns = sel(_to_ns(ts, origin_us))
-        dur_ns = sel(np.maximum(_to_ns(dur, 0.0), 0))
+        category = np.array([c in DEVICE_CATEGORIES for c in cat_values] + [False])
+        ranges = np.array([c in DEVICE_RANGE_CATEGORIES for c in cat_values] + [False])[cat_codes]
+        lanes = place(self.vendor, category[cat_codes], ranges, ints["device"], ints["stream"], pid, tid, async_codes)
+        origin_us = self._origin(ts, memory_src)
+        start_ns = _to_ns(ts, origin_us)
+        dur_ns, written_dur = self._durations(dur, start_ns)
         del ts, dur
-        kind, track = sel(kind), sel(track_codes)
+        processes, threads = names_metadata([m for c in chunks for m in c.meta], self.names)
+        planes = kineto_xla.plane_processes(self._process_names())
+        undecided = None
+        if planes:
+            name_list = np.asarray(name_values, dtype=object)[name_codes].tolist()
+            arg_list = args.to_pylist()
+            undecided = kineto_xla.classify(planes, self._thread_names(), pid, tid, name_list, arg_list, kind, lanes)
+        track, labels = track_labels(lanes, pid, self.names, async_values)
         parent, depth = nest_spans(track, start_ns, dur_ns)
-        linked = np.isin(kind, [KIND_CODES[k] for k in ("runtime", "kernel", "memcpy", "memset")])
-        corr = np.where(linked, sel(ints["correlation"]), MISSING)
-        ext = sel(ints["external_id"])
-        launcher = _launchers(kind, corr, ext, parent)
+        if undecided is not None:
+            kind, name_list, arg_list = kineto_xla.finish(kind, undecided, name_list, arg_list, parent, depth)
+            name_codes, name_values = encode_strings(name_list)
+            args = pa.chunked_array([pa.array(arg_list, pa.string())])
+        host = lanes.device == 0
+        linked = np.isin(kind, [KIND_CODES[k] for k in _LINKED_KINDS])
+        corr = np.where(linked, ints["correlation"], MISSING)
+        device_side_calls = (kind == KIND_CODES["runtime"]) & ~host  # MTIA syncs: no launch to follow
+        launcher = launchers(kind, np.where(device_side_calls, MISSING, corr), parent, ints["external_id"],
+                             absent=MISSING)
         corr[corr == MISSING] = -1
-        args = self._patch_args(sel(args), sel(cat_codes), cat_values, kind, sel(ph_codes), ph_values)
-        name_codes, name_values = self._concat("name")
+        args = self._patch_args(args, cat_codes, cat_values, kind, ph_codes, ph_values, written_dur)
         floats = {k: self._concat(k, missing=np.nan) for k in EVENT_FLOATS}
+        n = len(kind)
         events = pa.table(
             {
                 "start_ns": start_ns,
                 "dur_ns": dur_ns,
-                "name": dict_array(sel(name_codes), name_values),
+                "name": dict_array(name_codes, name_values),
                 "kind": dict_array(kind, list(schema.KINDS)),
-                "device": dict_array(sel(device_code) + 1, device_labels),
-                "track": dict_array(track, track_labels),
-                "pid": sel(pid),
-                "tid": sel(tid),
+                "device": dict_array(lanes.device, lanes.devices),
+                "track": dict_array(track, labels),
+                "pid": pid,
+                "tid": tid,
                 "corr": corr,
                 "parent": parent,
                 "depth": depth,
                 "launcher": launcher,
-                "flops": np.full(len(kind), np.nan) if floats["flops"] is None else sel(floats["flops"]),
-                "bytes": np.full(len(kind), np.nan) if floats["bytes"] is None else sel(floats["bytes"]),
-                "shapes": sel(self._concat("shapes")),
-                "dtypes": sel(self._concat("dtypes")),
+                "flops": np.full(n, np.nan) if floats["flops"] is None else floats["flops"],
+                "bytes": np.full(n, np.nan) if floats["bytes"] is None else floats["bytes"],
+                "shapes": self._concat("shapes"),
+                "dtypes": self._concat("dtypes"),
                 "args": args,
             },
             schema=schema.EVENTS,
         )
-        memory = self._memory(memory_src, origin_us, events, track_labels)
-        counters = self._counters(origin_us)
+        memory = memory_table(memory_src, origin_us, self.vendor, events, host_thread_tracks(lanes, pid, tid, track))
+        range_rows = np.flatnonzero(ranges)
+        counters = counters_table([r for c in chunks for r in c.counters], origin_us, self.names,
+                                  [(int(start_ns[r]), lanes.devices[lanes.device[r]], _object(args[int(r)].as_py()))
+                                   for r in range_rows.tolist()], self.skipped)
         return Trace(events=events, memory=memory, counters=counters,
-                     metadata=self._metadata(origin_us, records, events.num_rows, len(memory), len(counters)))
+                     metadata=self._metadata(origin_us, records, events.num_rows, len(memory), len(counters),
+                                             processes, threads))
 
     # -- pieces ---------------------------------------------------------------------------------
+
+    def _kinds(self, cat_codes: np.ndarray, cat_values: list[str], name_codes: np.ndarray, name_values: list[str],
+               ph_codes: np.ndarray, ph_values: list[str]) -> np.ndarray:
+        """Kind code per row: by category (and name, for categories that split by it); instants without
+        a category are annotations; rows of phases that are no span or instant are `other`."""
+        kind_of_cat = np.array([KIND_CODES[KIND_BY_CATEGORY.get(c, "other")] for c in cat_values]
+                               + [KIND_CODES["other"]], dtype=np.int8)
+        kind = kind_of_cat[cat_codes]  # code -1 (no category) picks the trailing "other"
+        for code, category in enumerate(cat_values):
+            if category not in KIND_BY_NAME_PREFIX:
+                continue
+            rows = np.flatnonzero(cat_codes == code)
+            used = np.unique(name_codes[rows])
+            by_name = np.zeros(len(name_values), dtype=np.int8)
+            by_name[used] = [KIND_CODES[kind_of(category, name_values[c])] for c in used.tolist()]
+            kind[rows] = by_name[name_codes[rows]]
+        instant = np.isin(ph_codes, [i for i, p in enumerate(ph_values) if p in _INSTANT_PHASES])
+        kind[instant & (cat_codes < 0)] = KIND_CODES["annotation"]
+        odd = ~np.isin(ph_codes, [i for i, p in enumerate(ph_values) if p in _ROW_PHASES])
+        kind[odd] = KIND_CODES["other"]
+        return kind
 
     @staticmethod
     def _origin(ts: np.ndarray, memory: np.ndarray) -> float:
@@ -260,42 +326,30 @@ class _Assembler:
             candidates.append(float(memory["ts"].min()))
         return min(candidates) if candidates else 0.0
 
-    def _pair_begin_end(self, ph_codes, ph_values, pid, tid, flow_id, ts, dur, args):
-        """Give each `B`/`b` the duration up to its `E`/`e` (args of both kept); drop the ends."""
-        keep = np.ones(len(ts), dtype=bool)
-        pairs = [(b, e) for b, e in (("B", "E"), ("b", "e")) if e in ph_values]
-        if not pairs:
-            return keep, dur, args
-        dur = dur.copy()
-        merged: dict[int, Any] = {}
-        for begin, end in pairs:
-            b_code = ph_values.index(begin) if begin in ph_values else -2
-            e_code = ph_values.index(end)
-            rows = np.flatnonzero((ph_codes == b_code) | (ph_codes == e_code))
-            rows = rows[np.argsort(ts[rows], kind="stable")]
-            stacks: dict[tuple[int, int], list[int]] = {}
-            for row in rows.tolist():
-                key = (int(pid[row]), int(flow_id[row] if begin == "b" else tid[row]))
-                if ph_codes[row] == b_code:
-                    stacks.setdefault(key, []).append(row)
-                    continue
-                keep[row] = False
-                stack = stacks.get(key)
-                if not stack:
-                    self.skipped["end events without a begin"] += 1
-                    continue
-                opened = stack.pop()
-                dur[opened] = ts[row] - ts[opened]
-                end_args = args[row].as_py()
-                if end_args:
-                    merged[opened] = _merge_json(args[opened].as_py(), {"end_args": msgspec.json.decode(end_args)})
-                self.skipped["end events (merged into their begin)"] += 1
-        if merged:
-            values = args.to_pylist()
-            for row, text in merged.items():
-                values[row] = text
-            args = pa.chunked_array([pa.array(values, pa.string())])
-        return keep, dur, args
+    def _durations(self, dur_us: np.ndarray, start_ns: np.ndarray) -> tuple[np.ndarray, dict[int, float]]:
+        """Durations in ns; one that is negative, no number, or would end past int64 ns (1e300 µs: no
+        analysis could add it to a start) becomes 0, counted, and returned by row with the value as written
+        (µs) when the args do not hold it yet."""
+        ns = dur_us * 1000.0
+        room = (INT64_MAX - start_ns).astype(np.float64)
+        negative, nan, far = ns < 0, np.isnan(ns), ns >= room - 4096.0  # float64 steps 2048 near 2**63
+        out = np.rint(np.where(negative | nan | far, 0.0, ns)).astype(np.int64)
+        written: dict[int, float] = {}
+        self.skipped[NAN_DUR] += int(nan.sum())  # the loose decoder kept the text in args
+        for reason, mask in ((NEGATIVE_DUR, negative), (FAR_DUR, far)):
+            rows = np.flatnonzero(mask)
+            self.skipped[reason] += len(rows)
+            rows = rows[np.isfinite(dur_us[rows])]  # the loose decoder kept an infinite one's text in args
+            written.update(zip(rows.tolist(), dur_us[rows].tolist(), strict=True))
+        return out, written
+
+    def _process_names(self) -> dict[int, str]:
+        return {pid: values["name"] for chunk in self.chunks for name, pid, _, values in chunk.meta
+                if name == "process_name" and isinstance(values.get("name"), str)}
+
+    def _thread_names(self) -> dict[tuple[int, int], str]:
+        return {(pid, tid): values["name"] for chunk in self.chunks for name, pid, tid, values in chunk.meta
+                if name == "thread_name" and isinstance(values.get("name"), str)}
 
     def _vendor(self, categories: list[str]) -> str:
         """Device prefix from the categories in use: rocm for AMD GPUs (Kineto reuses the cuda
@@ -305,145 +359,64 @@ class _Assembler:
             return "mtia"
         if any(c.startswith("xpu") for c in cats):
             return "xpu"
-        names = " ".join(str(d.get("name", "")) for d in self.header.get("deviceProperties") or ())
+        names = device_names(self.header)
         rocm = any(w in names for w in ("AMD", "Radeon", "Instinct")) or any(c.startswith("hip") for c in cats)
         return "rocm" if rocm else "cuda"
 
-    def _tracks(self, device_code: np.ndarray, lane: np.ndarray, pid: np.ndarray) -> tuple[np.ndarray, list[str]]:
-        """Track code per row and the track labels (`cpu/thread T`, `cuda:0/stream 7`)."""
-        host_pid = np.where(device_code < 0, pid, -1)
-        keys = [factorize(k) for k in (device_code, lane, host_pid)]
-        combined = (keys[0][0].astype(np.int64) * len(keys[1][1]) + keys[1][0]) * len(keys[2][1]) + keys[2][0]
-        codes, unique = factorize(combined)
-        pids = {p for p in keys[2][1].tolist() if p >= 0}
-        labels = []
-        for key in unique.tolist():
-            key, p = divmod(key, len(keys[2][1]))
-            d, ln = divmod(key, len(keys[1][1]))
-            dev, lane_id, proc = (int(keys[0][1][d]), int(keys[1][1][ln]), int(keys[2][1][p]))
-            if dev >= 0:
-                labels.append(f"{self.vendor}:{dev}/stream {lane_id}")
-            elif len(pids) > 1 and proc >= 0:
-                labels.append(f"cpu/pid {proc}/thread {lane_id}")
-            else:
-                labels.append(f"cpu/thread {lane_id}")
-        return codes, labels
-
-    def _patch_args(self, args: pa.ChunkedArray, cat_codes: np.ndarray, cat_values: list[str],
-                    kind: np.ndarray, ph_codes: np.ndarray, ph_values: list[str]) -> pa.ChunkedArray:
-        """Merge into args what the schema has no column for: unknown categories and odd phases."""
+    def _patch_args(self, args: pa.ChunkedArray, cat_codes: np.ndarray, cat_values: list[str], kind: np.ndarray,
+                    ph_codes: np.ndarray, ph_values: list[str], written_dur: dict[int, float]) -> pa.ChunkedArray:
+        """Merge into args what the schema has no column for: unknown categories, odd phases, durations
+        as written where they were changed."""
         known = np.array([c in KIND_BY_CATEGORY for c in cat_values] + [True])[cat_codes]
-        odd_ph = ~np.isin(ph_codes, [i for i, p in enumerate(ph_values) if p in _SPAN_PHASES])
-        patch = np.flatnonzero(~known | odd_ph)
-        if not len(patch):
+        odd_ph = ~np.isin(ph_codes, [i for i, p in enumerate(ph_values) if p in _ROW_PHASES])
+        no_ph = ph_codes == (ph_values.index(Phase.ABSENT.value) if Phase.ABSENT.value in ph_values else -2)
+        self.skipped[UNKNOWN] += int((~known | (odd_ph & ~no_ph)).sum())
+        self.skipped[NO_PHASE] += int(no_ph.sum())
+        patch = np.flatnonzero(~known | (odd_ph & ~no_ph))
+        if not len(patch) and not written_dur:
             return args
-        self.skipped["records of unknown category or phase (kept, kind other)"] += len(patch)
         values = args.to_pylist()
-        for i in patch.tolist():
+        for i in sorted({*patch.tolist(), *written_dur}):
             extra: dict[str, Any] = {}
             if not known[i]:
                 extra["cat"] = cat_values[cat_codes[i]]
-            if odd_ph[i] and ph_values[ph_codes[i]]:  # an unknown phase is already in args
+            if odd_ph[i] and ph_values[ph_codes[i]] not in _UNLABELLED:  # an unknown phase is already in args
                 extra["ph"] = ph_values[ph_codes[i]]
-            values[i] = _merge_json(values[i], extra)
-        kind[odd_ph] = KIND_CODES["other"]
+            if i in written_dur:
+                extra["dur_as_written"] = written_dur[i]
+            values[i] = merge_json(values[i], extra)
         return pa.chunked_array([pa.array(values, pa.string())])
-    def _memory(self, src: np.ndarray, origin_us: float, events: pa.Table, track_labels: list[str]) -> pa.Table:
-        """The memory table from `[memory]` instants, each tied to the op running on its thread."""
-        if not len(src):
-            return schema.MEMORY.empty_table()
-        codes, unique = _factorize_pairs(src["device_type"], src["device_id"])
-        labels = []
-        for dtype, index in unique:
-            base = DEVICE_TYPES.get(dtype, "cpu" if dtype == MISSING else f"device{dtype}")
-            if base == "cuda":
-                base = self.vendor
-            labels.append(base if base == "cpu" or index < 0 else f"{base}:{index}")
-        device = codes
-        ts_ns = np.rint((src["ts"] - origin_us) * 1000.0).astype(np.int64)
-        delta = np.where(src["bytes"] == MISSING, 0, src["bytes"])
-        allocated = src["allocated"].copy()
-        if (allocated == MISSING).any():  # old traces lack totals: running sum of the deltas per device
-            running = np.empty_like(delta)
-            for d in np.unique(device):
-                sel = np.flatnonzero(device == d)
-                sel = sel[np.argsort(ts_ns[sel], kind="stable")]
-                running[sel] = np.cumsum(delta[sel])
-            allocated = np.where(allocated == MISSING, running, allocated)
-        return pa.table(
-            {
-                "ts_ns": ts_ns,
-                "device": dict_array(device, labels),
-                "addr": np.where(src["addr"] == MISSING, -1, src["addr"]),
-                "delta_bytes": delta,
-                "allocated_bytes": allocated,
-                "reserved_bytes": np.where(src["reserved"] == MISSING, -1, src["reserved"]),
-                "event": self._enclosing_ops(src, ts_ns, events, track_labels),
-            },
-            schema=schema.MEMORY,
-        )
 
-    @staticmethod
-    def _enclosing_ops(src: np.ndarray, ts_ns: np.ndarray, events: pa.Table, track_labels: list[str]) -> np.ndarray:
-        """Row of the innermost op running on the allocating thread at each memory event."""
-        code_of = {label: i for i, label in enumerate(track_labels)}
-        multi = any(label.startswith("cpu/pid") for label in track_labels)
-        which, threads = _factorize_pairs(src["pid"], src["tid"])
-        thread_code = np.array([code_of.get(f"cpu/pid {p}/thread {t}" if multi else f"cpu/thread {t}", -1)
-                                for p, t in threads], dtype=np.int64)
-        q_track = thread_code[which]
-        track = events["track"].combine_chunks().indices.to_numpy().astype(np.int64)
-        kind = events["kind"].combine_chunks().indices.to_numpy()
-        return innermost_enclosing(q_track, ts_ns, track, events["start_ns"].to_numpy(),
-                                   events["dur_ns"].to_numpy(), events["parent"].to_numpy(),
-                                   kind == KIND_CODES["op"])
-
-    def _counters(self, origin_us: float) -> pa.Table:
-        """One row per numeric series value of each `C` record (series `name.key`, or `name`)."""
-        rows: list[tuple[int, str, float]] = []
-        for chunk in self.chunks:
-            for ts, name, values in chunk.counters:
-                for key, value in values.items():
-                    if isinstance(value, (int, float)) and not isinstance(value, bool):
-                        series = name if key == "value" else f"{name}.{key}"
-                        rows.append((round((ts - origin_us) * 1000.0), series, float(value)))
-                    else:
-                        self.skipped["counter values that are not numbers"] += 1
-        if not rows:
-            return schema.COUNTERS.empty_table()
-        ts_ns, names, values = zip(*rows, strict=True)
-        return pa.table({"ts_ns": list(ts_ns), "device": pa.array(["cpu"] * len(rows)).dictionary_encode(),
-                         "name": pa.array(list(names)).dictionary_encode(), "value": list(values)},
-                        schema=schema.COUNTERS)
-
-    def _metadata(self, origin_us: float, records: int, n_events: int, n_memory: int,
-                  n_counters: int) -> dict[str, Any]:
-        processes: dict[str, dict[str, Any]] = {}
-        threads: dict[str, dict[str, Any]] = {}
-        n_meta = 0
-        for chunk in self.chunks:
-            for name, pid, tid, values in chunk.meta:
-                n_meta += 1
-                value = next((values[k] for k in ("name", "labels", "sort_index") if k in values), values)
-                if name.startswith("process_"):
-                    processes.setdefault(str(pid), {})[name.removeprefix("process_")] = value
-                elif name.startswith("thread_"):
-                    threads.setdefault(f"{pid}/{tid}", {})[name.removeprefix("thread_")] = value
-        self.skipped["metadata records (kept in metadata processes/threads)"] += n_meta
-        header = {k: v for k, v in self.header.items() if k != "deviceProperties"}
+    def _metadata(self, origin_us: float, records: int, n_events: int, n_memory: int, n_counters: int,
+                  processes: dict[str, Any], threads: dict[str, Any]) -> dict[str, Any]:
+        self.skipped["metadata records (kept in metadata processes/threads)"] += sum(len(c.meta) for c in self.chunks)
+        devices, well_formed = device_list(self.header, self.vendor, self.warnings)
+        header = {k: v for k, v in self.header.items() if k != "deviceProperties" or not well_formed}
         origin_ns = self.base_us * 1000 + round(origin_us * 1000)
-        if isinstance(header.get("baseTimeNanoseconds"), int):
-            origin_ns += header["baseTimeNanoseconds"]
+        base = header.get("baseTimeNanoseconds")
+        if isinstance(base, int) and not isinstance(base, bool):
+            origin_ns += base
+        if not n_events:
+            self.warnings.insert(0, "no trace events: traceEvents is empty" if not records else
+                                 f"no trace events: its {records:,} records are all metadata, flows, counters or "
+                                 "memory records")
         return {
             "source": {"format": "kineto", "file": str(self.path), "bytes": self.path.stat().st_size,
                        "header": header},
             "origin_ns": origin_ns,
-            "devices": [_device_properties(d, self.vendor) for d in self.header.get("deviceProperties") or ()],
+            "devices": devices,
             "processes": processes,
             "threads": threads,
             "reader": {"records": records, "events": n_events, "memory": n_memory, "counters": n_counters,
-                       "skipped": {k: v for k, v in self.skipped.items() if v}},
+                       "skipped": {k: v for k, v in self.skipped.items() if v},
+                       "warnings": self.warnings,
+                       "named_ids": {str(k): v for k, v in sorted(self.names.items())}},
         }
+
+
+def _object(text: str | None) -> dict[str, Any]:
+    value = decode_json(text) if text else {}
+    return value if isinstance(value, dict) else {}
 
 
 def _to_ns(us: np.ndarray, origin_us: float) -> np.ndarray:
@@ -452,65 +425,3 @@ def _to_ns(us: np.ndarray, origin_us: float) -> np.ndarray:
     us *= 1000.0
     np.rint(us, out=us)
     return us.astype(np.int64)
-
-
-def _factorize_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """Codes of the distinct (a, b) pairs, and the pairs in code order."""
-    a_codes, a_values = factorize(a)
-    b_codes, b_values = factorize(b)
-    codes, combined = factorize(a_codes.astype(np.int64) * len(b_values) + b_codes)
-    pairs = [(int(a_values[k // len(b_values)]), int(b_values[k % len(b_values)])) for k in combined.tolist()]
-    return codes, pairs
-
-
-def _launchers(kind: np.ndarray, corr: np.ndarray, ext: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """Row of the host op that launched each device event (-1 if unknown).
-
-    Kernel → runtime call with the same correlation id → its innermost enclosing op (or, with no
-    op around it, its innermost annotation such as a record_function range). Device events whose
-    runtime call is not in the trace fall back to the op with the same External id.
-    """
-    launcher = np.full(len(kind), -1, dtype=np.int64)
-    is_op = kind == KIND_CODES["op"]
-    device = np.isin(kind, [KIND_CODES[k] for k in schema.DEVICE_KINDS])
-    runtime = np.flatnonzero((kind == KIND_CODES["runtime"]) & (corr != MISSING))
-    op_of_runtime = _enclosing(parent[runtime], parent, is_op)
-    no_op = op_of_runtime < 0
-    op_of_runtime[no_op] = _enclosing(parent[runtime[no_op]], parent, kind == KIND_CODES["annotation"])
-    targets = np.flatnonzero(device & (corr != MISSING))
-    launcher[targets] = lookup(corr[targets], corr[runtime], op_of_runtime)
-    todo = np.flatnonzero(device & (launcher < 0) & (ext != MISSING))
-    ops = np.flatnonzero(is_op & (ext != MISSING))
-    launcher[todo] = lookup(ext[todo], ext[ops], ops)
-    return launcher
-
-
-def _enclosing(start: np.ndarray, parent: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """From each row in `start`, follow `parent` up to the first row where `wanted` holds (-1 if none)."""
-    rows = start.copy()
-    for _ in range(np.iinfo(np.int16).max):
-        climb = (rows >= 0) & ~wanted[np.maximum(rows, 0)]
-        if not climb.any():
-            break
-        rows[climb] = parent[rows[climb]]
-    return rows
-
-
-def _merge_json(text: str | None, extra: dict[str, Any]) -> str:
-    base = msgspec.json.decode(text) if text else {}
-    if not isinstance(base, dict):
-        base = {"args": base}
-    return msgspec.json.encode({**base, **extra}).decode()
-
-
-def _device_properties(props: dict[str, Any], vendor: str) -> dict[str, Any]:
-    """Kineto's deviceProperties entry in the workbench's device-metadata shape."""
-    major = props.get("computeMajor")
-    return {
-        "device": f"{vendor}:{props.get('id', 0)}",
-        "name": props.get("name"),
-        "memory_bytes": props.get("totalGlobalMem"),
-        "sm_count": props.get("numSms"),
-        "compute_capability": None if major is None else f"{major}.{props.get('computeMinor')}",
-        "source": props,
-    }

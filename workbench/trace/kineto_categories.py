@@ -21,10 +21,33 @@ KIND_BY_CATEGORY: dict[str, str] = {
 }
 """Trace categories and the event kind each maps to; others become `other` (category in args)."""
 
+KIND_BY_NAME_PREFIX: dict[str, tuple[tuple[str, str], ...]] = {
+    # MTIA command processor events: HTA counts every one as a kernel and `dma*` as memory; here the
+    # stream's waits and event records are syncs on the device lane (as `cuda_sync` is), not compute.
+    "mtia_ccp_events": (("dma", "memcpy"), ("event_", "runtime")),
+}
+"""Categories whose events differ in kind by name: (name prefix, kind) pairs, first match wins; names
+matching none keep the category's kind."""
+
 DEVICE_CATEGORIES = frozenset({"Kernel", "Memcpy", "Memset", "kernel", "gpu_memcpy", "gpu_memset",
-                               "gpu_user_annotation", "cuda_sync", "mtia_ccp_events"})
+                               "gpu_user_annotation", "cuda_sync", "mtia_ccp_events", "cuda_profiler_range"})
 """Categories recorded on a device lane (pid = device, tid = stream)."""
+
+DEVICE_RANGE_CATEGORIES = frozenset({"cuda_profiler_range"})
+"""Device categories with no stream: CUPTI range-profiler ranges (one per kernel, on the GPU's pid, its
+counters in args), on a `<device>/profiler ranges` lane. Their times are not the kernels' own: the
+range profiler replays each kernel and Kineto spreads the ranges evenly over the profiling window
+(every range of the HTA fixture lasts 121,431 µs), so they are annotations, not kernel time; their
+numeric args also go to the counters table."""
 
 DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "rocm", 8: "maia", 9: "xla", 12: "xpu", 13: "mps", 15: "hpu",
                 19: "mtia", 20: "privateuseone"}
 """c10::DeviceType codes as written in `[memory]` events' `Device Type`."""
+
+
+def kind_of(category: str | None, name: str) -> str:
+    """The event kind of a record of `category` named `name` (`other` for unknown categories)."""
+    for prefix, kind in KIND_BY_NAME_PREFIX.get(category or "", ()):
+        if name.startswith(prefix):
+            return kind
+    return KIND_BY_CATEGORY.get(category or "", "other")

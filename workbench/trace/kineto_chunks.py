@@ -5,152 +5,81 @@ bytes); the args of each class of record are then decoded once more into a struc
 the fields that become columns (event args, `[memory]` args). Columns leave the chunk as numpy
 arrays and Arrow arrays (strings dictionary-encoded), so a million events cost a few hundred bytes
 each, not a Python object each.
+
+A chunk depends on its own text only (it may be decoded in another process): what it cannot turn
+into columns it counts in `Chunk.skipped`, and ids that are names carry their text in `Chunk.names`.
 """
 
 from __future__ import annotations
 
-import decimal
 import enum
 import itertools
+import math
 import operator
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 import numpy as np
 import pyarrow as pa
 
-from workbench.trace.columns import encode_strings
+from workbench.trace.columns import encode_strings, raw_strings
 from workbench.trace.jsonstream import ChunkDecodeError
 from workbench.trace.kineto_categories import DEVICE_CATEGORIES, KIND_BY_CATEGORY
-
-_EMPTY = msgspec.Raw(b"")
-MISSING = -(2**63)
-"""Integer columns use this for "absent" (JSON has no integer NaN)."""
-EXACT_TS_LIMIT_US = 2.0**43
-"""Timestamps (µs) at or past this lose nanoseconds as float64 (its spacing passes 1/1024 µs there):
-traces that write absolute epoch µs with three decimals (1.7e15 µs, spacing 0.25 µs) have their
-`ts` decoded once more as decimals, relative to a whole-µs base, to keep every nanosecond."""
-
-
-class Phase(enum.Enum):
-    """The `ph` values of the Trace Event Format; decoding to members avoids a string per event."""
-
-    UNKNOWN = ""
-    SPAN = "X"
-    BEGIN = "B"
-    END = "E"
-    INSTANT = "i"
-    INSTANT_LEGACY = "I"
-    COUNTER = "C"
-    METADATA = "M"
-    FLOW_START = "s"
-    FLOW_STEP = "t"
-    FLOW_END = "f"
-    ASYNC_BEGIN = "b"
-    ASYNC_END = "e"
-    ASYNC_INSTANT = "n"
-    SAMPLE = "P"
-    OBJECT_NEW = "N"
-    OBJECT_SNAPSHOT = "O"
-    OBJECT_DELETE = "D"
-    MARK = "R"
-    CLOCK_SYNC = "c"
-    CONTEXT_ENTER = "("
-    CONTEXT_EXIT = ")"
-
-
-_PHASES = list(Phase)
-PHASE_VALUES = [p.value for p in _PHASES]
-
-
-class _Record(msgspec.Struct, tag_field="ph", forbid_unknown_fields=True, gc=False):
-    """A Trace Event Format record with the fields Kineto writes (`s`, an instant's scope, and `bp`,
-    a flow's binding point, are read and dropped). Its phase (`ph`) is its class, one per value.
-
-    Other fields of the format (tts, cname, sf, ...) are rare: the slow path keeps them in args.
-    """
-
-    name: str = ""
-    cat: str | None = None
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: float = 0.0
-    dur: float = 0.0
-    id: int | str = -1
-    bp: str | None = None
-    s: str | None = None
-    args: msgspec.Raw = _EMPTY
-
-
-class _Flow(msgspec.Struct, tag_field="ph", gc=False):
-    """A flow record (`s`, `t`, `f`): nothing of it is kept, so nothing of it is decoded."""
-
-
-Category = enum.Enum("Category", {c: c for c in sorted({*KIND_BY_CATEGORY, *DEVICE_CATEGORIES})})
-"""The categories Kineto is known to write; decoding to members avoids a string per record."""
-
-_CATEGORY_VALUES = [c.value for c in Category]
-_CATEGORY_CODE = {id(c): i for i, c in enumerate(Category)} | {id(None): -1}
-
-
-class _KnownCategoryRecord(_Record):
-    """A record whose category is a known one: the fast path (others take `_Record`)."""
-
-    cat: Category | None = None
-
-
-FLOWS = (Phase.FLOW_START, Phase.FLOW_STEP, Phase.FLOW_END)
-
-
-def _record_classes(base: type) -> dict[Phase, type]:
-    """One struct class per phase (the tagged union's members), each knowing its phase's code."""
-    return {p: msgspec.defstruct(f"{base.__name__}_{p.name}", [], bases=(_Flow if p in FLOWS else base,),
-                                 tag=p.value, namespace={"phase_code": i})
-            for i, p in enumerate(_PHASES) if p is not Phase.UNKNOWN}
-
-
-_CLASSES = _record_classes(_Record)
-_CLASSES[Phase.UNKNOWN] = msgspec.defstruct("_Record_UNKNOWN", [], bases=(_Record,), namespace={"phase_code": 0})
-_FAST_CLASSES = _record_classes(_KnownCategoryRecord)
-_ROW_FIELDS = ("name", "cat", "pid", "tid", "ts", "dur", "args")
-_KNOWN_KEYS = frozenset((*_ROW_FIELDS, "ph", "id", "bp", "s"))
-
-
-def _codes(phases: tuple[Phase, ...]) -> list[int]:
-    return [_PHASES.index(p) for p in phases]
-
-
-_FLOW_CODES = _codes(FLOWS)
-_ASYNC_CODES = _codes((Phase.ASYNC_BEGIN, Phase.ASYNC_END))
+from workbench.trace.kineto_records import (
+    ASYNC_CODES,
+    CATEGORY_CODE,
+    CATEGORY_VALUES,
+    EMPTY,
+    FLOW_CODES,
+    LEGACY_CODES,
+    PHASE_VALUES,
+    ROW_FIELDS,
+    phase_codes,
+    record_decoders,
+    records_loose,
+)
+from workbench.trace.kineto_values import (
+    MISSING,
+    TS_LIMIT_US,
+    Int64,
+    coerce_ids,
+    decode_json,
+    encode_json,
+    exact_timestamps,
+    id_text,
+    json_object,
+)
 
 
 class _HostArgs(msgspec.Struct, gc=False):
     """The args fields of host ops and annotations that become columns (the rest stay in raw args)."""
 
-    external_id: int = msgspec.field(default=MISSING, name="External id")
+    external_id: Int64 = msgspec.field(default=MISSING, name="External id")
     flops: float = float("nan")
-    input_dims: msgspec.Raw = msgspec.field(default=_EMPTY, name="Input Dims")
-    input_type: msgspec.Raw = msgspec.field(default=_EMPTY, name="Input type")
+    input_dims: msgspec.Raw = msgspec.field(default=EMPTY, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=EMPTY, name="Input type")
 
 
 class _RuntimeArgs(msgspec.Struct, gc=False):
     """The args fields of runtime calls (cudaLaunchKernel, ...) that become columns."""
 
-    external_id: int = msgspec.field(default=MISSING, name="External id")
-    correlation: int = MISSING
+    external_id: Int64 = msgspec.field(default=MISSING, name="External id")
+    correlation: Int64 = MISSING
 
 
 class _DeviceArgs(msgspec.Struct, gc=False):
     """The args fields of device work (kernels, memcpy, memset) that become columns."""
 
-    external_id: int = msgspec.field(default=MISSING, name="External id")
-    external_id_v1: int = msgspec.field(default=MISSING, name="external id")  # Kineto 2021
-    correlation: int = MISSING
-    device: int = MISSING
-    stream: int = MISSING
+    external_id: Int64 = msgspec.field(default=MISSING, name="External id")
+    external_id_v1: Int64 = msgspec.field(default=MISSING, name="external id")  # Kineto 2021
+    correlation: Int64 = MISSING
+    device: Int64 = MISSING
+    stream: Int64 = MISSING
     bytes: float = float("nan")
+    size: float = float("nan")  # MTIA dma_request: the bytes copied
 
 
 _ARG_GROUPS = (_HostArgs, _RuntimeArgs, _DeviceArgs)
@@ -167,12 +96,12 @@ def _arg_group(category: str | None) -> int:
 class _MemoryArgs(msgspec.Struct, gc=False):
     """The args of a `[memory]` instant."""
 
-    addr: int = msgspec.field(default=MISSING, name="Addr")
-    bytes: int = msgspec.field(default=MISSING, name="Bytes")
-    allocated: int = msgspec.field(default=MISSING, name="Total Allocated")
-    reserved: int = msgspec.field(default=MISSING, name="Total Reserved")
-    device_type: int = msgspec.field(default=MISSING, name="Device Type")
-    device_id: int = msgspec.field(default=MISSING, name="Device Id")
+    addr: Int64 = msgspec.field(default=MISSING, name="Addr")
+    bytes: Int64 = msgspec.field(default=MISSING, name="Bytes")
+    allocated: Int64 = msgspec.field(default=MISSING, name="Total Allocated")
+    reserved: Int64 = msgspec.field(default=MISSING, name="Total Reserved")
+    device_type: Int64 = msgspec.field(default=MISSING, name="Device Type")
+    device_id: Int64 = msgspec.field(default=MISSING, name="Device Id")
 
 
 EVENT_INTS = ("external_id", "correlation", "device", "stream")
@@ -180,15 +109,12 @@ EVENT_INTS = ("external_id", "correlation", "device", "stream")
 EVENT_FLOATS = ("flops", "bytes")
 MEMORY_FIELDS = ("addr", "bytes", "allocated", "reserved", "device_type", "device_id")
 
-_decoders: dict[Any, msgspec.json.Decoder] = {
-    t: msgspec.json.Decoder(list[t]) for t in (*_ARG_GROUPS, _MemoryArgs, Any)
-}
-_record_decoders = [msgspec.json.Decoder(list[Union[tuple(classes[p] for p in _PHASES[1:])]])  # noqa: UP007
-                    for classes in (_FAST_CLASSES, _CLASSES)]
+_decoders: dict[Any, msgspec.json.Decoder] = {t: msgspec.json.Decoder(list[t]) for t in (*_ARG_GROUPS, _MemoryArgs)}
 
-
-class EventSchemaError(Exception):
-    """A chunk that is valid JSON but whose events are not trace events."""
+_COUNTER_CODES = phase_codes(["C"])
+BAD_TS = "records whose ts is not a number (not rows)"
+FAR_TS = "records whose ts is out of range, |ts| >= 2^62 ns (not rows)"
+LOOSE_ARGS = "args values of an unexpected type or past int64 (kept in args only)"
 
 
 @dataclass
@@ -214,16 +140,20 @@ class Chunk:
     """Columns of one decoded chunk, split by what its records become.
 
     `events`: columns of the span/instant rows (numpy or Arrow, see `_event_columns`); `rows`: how
-    many; `memory`: a structured array of `[memory]` instants; `counters` and `meta`: the few counter
-    (`C`) and metadata (`M`) records as tuples; `records`: how many records the chunk held.
+    many; `memory`: a structured array of `[memory]` instants; `counters` (ts, pid, id, name, values)
+    and `meta` (name, pid, tid, values): the few counter (`C`) and metadata (`M`) records as tuples;
+    `records`: how many records the chunk held; `names`: the text of pids/tids that are names;
+    `skipped`: records and values not kept as written, by reason.
     """
 
     records: int
     rows: int
     events: dict[str, Any]
     memory: np.ndarray
-    counters: list[tuple[float, str, dict[str, Any]]] = field(default_factory=list)
+    counters: list[tuple[float, int, str | None, str, dict[str, Any]]] = field(default_factory=list)
     meta: list[tuple[str, int, int, dict[str, Any]]] = field(default_factory=list)
+    names: dict[int, str] = field(default_factory=dict)
+    skipped: Counter[str] = field(default_factory=Counter)
     flows: int = 0
     empty: int = 0
     ts_base_us: int = 0
@@ -236,20 +166,20 @@ class Chunk:
             self.events["ts"] = self.events["ts"] + shift
             if len(self.memory):
                 self.memory["ts"] += shift
-            self.counters = [(ts + shift, name, values) for ts, name, values in self.counters]
+            self.counters = [(ts + shift, *rest) for ts, *rest in self.counters]
         self.ts_base_us = base_us
 
 
 def decode_chunk(text: bytes) -> Chunk:
     """Decode a JSON array of trace events; `ChunkDecodeError` if it is not valid JSON."""
-    for known_categories, decoder in zip((True, False), _record_decoders, strict=True):
+    for known_categories, decoder in zip((True, False), record_decoders, strict=True):
         try:
             return _split(decoder.decode(text), known_categories, text)
         except msgspec.ValidationError:
             continue  # an unknown category, field or type: try the next, more general decoder
         except msgspec.DecodeError as exc:
             raise ChunkDecodeError(str(exc)) from exc
-    records, empty = _records_loose(text)
+    records, empty = records_loose(text)
     chunk = _split(records, known_categories=False, text=text if not empty else None)
     chunk.records += empty
     chunk.empty = empty
@@ -262,7 +192,7 @@ def _columns(structs: Sequence[Any], fields: Sequence[str]) -> dict[str, tuple[A
     return {f: tuple(map(operator.attrgetter(f), structs)) for f in fields}
 
 
-def _gather(items: list[Any], rows: np.ndarray) -> list[Any] | tuple[Any, ...]:
+def _gather(items: Sequence[Any], rows: np.ndarray) -> Sequence[Any]:
     """items[rows] for a list, in C."""
     if len(rows) == len(items):
         return items
@@ -271,90 +201,110 @@ def _gather(items: list[Any], rows: np.ndarray) -> list[Any] | tuple[Any, ...]:
     return operator.itemgetter(*rows.tolist())(items) if len(rows) > 1 else [items[int(rows[0])]]
 
 
-class _ExactTs(msgspec.Struct, gc=False):
-    """A record's timestamp as written (the other fields are skipped)."""
-
-    ts: decimal.Decimal = decimal.Decimal(0)
-
-
-_exact_ts_decoder = msgspec.json.Decoder(list[_ExactTs])
-
-
-def _exact_ts(text: bytes, rows: np.ndarray) -> tuple[np.ndarray, int] | None:
-    """The timestamps of records `rows` as float64 µs after a whole-µs base, and that base; None when
-    the text's records do not all carry a number there (the float timestamps stand then)."""
-    try:
-        records = _exact_ts_decoder.decode(text)
-        exact = [records[i].ts for i in rows.tolist()]
-    except (msgspec.DecodeError, IndexError):
-        return None
-    if not exact:
-        return None
-    base = int(min(exact))
-    return np.fromiter((float(t - base) for t in exact), dtype=np.float64, count=len(exact)), base
-
-
 def _split(records: list[Any], known_categories: bool, text: bytes | None = None) -> Chunk:
     """The chunk's columns from its decoded `records`; `text` (their JSON) is read again for exact
-    timestamps when the float ones have lost nanoseconds (see EXACT_TS_LIMIT_US)."""
+    timestamps when the float ones have lost nanoseconds (see EXACT_TS_LIMIT_US). Records whose `ts` is
+    no number or out of range (`TS_LIMIT_US`) are counted and dropped (metadata records need no `ts`)."""
     n = len(records)
     phase = np.fromiter(map(operator.attrgetter("phase_code"), records), dtype=np.int32, count=n)
-    is_flow = np.isin(phase, _FLOW_CODES)
+    is_flow = np.isin(phase, FLOW_CODES)
     flows = int(is_flow.sum())
     kept = np.arange(n)
     if flows:
         kept = np.flatnonzero(~is_flow)
         records, phase = _gather(records, kept), phase[kept]
-    fields = (*_ROW_FIELDS, "id") if np.isin(phase, _ASYNC_CODES).any() else _ROW_FIELDS
-    cols = _columns(records, fields)
+    has_async = bool(np.isin(phase, ASYNC_CODES).any())
+    has_ids = has_async or bool(np.isin(phase, _COUNTER_CODES).any())  # async records and counters read ids
+    cols = _columns(records, (*ROW_FIELDS, *(("id",) if has_ids else ()), *(("id2",) if has_async else ())))
     del records
     ph = Strings(phase, PHASE_VALUES)
     name = Strings.encode(cols["name"])
     args: tuple[msgspec.Raw, ...] = cols["args"]
-    instant = np.isin(ph.codes, [ph.code("i"), ph.code("I")])
-    is_memory = instant & (name.codes == name.code("[memory]"))
-    is_counter = ph.codes == ph.code("C")
+    skipped: Counter[str] = Counter()
     is_meta = ph.codes == ph.code("M")
-    keep = ~(is_memory | is_counter | is_meta)
-    rows = np.flatnonzero(keep)
-    pid = _ints(cols["pid"])
-    tid = _ints(cols["tid"])
     ts = np.fromiter(cols["ts"], dtype=np.float64, count=len(ph.codes))
+    nan_ts = np.isnan(ts) & ~is_meta
+    far_ts = ~(np.abs(ts) < TS_LIMIT_US) & ~nan_ts & ~is_meta
+    skipped[BAD_TS] += int(nan_ts.sum())
+    skipped[FAR_TS] += int(far_ts.sum())
+    valid = ~(nan_ts | far_ts)
     base = 0
-    if text is not None and len(ts) and np.abs(ts).max() >= EXACT_TS_LIMIT_US and (ts != np.trunc(ts)).any():
-        exact = _exact_ts(text, kept)
-        if exact is not None and len(exact[0]) == len(ts):
+    if text is not None:
+        exact = exact_timestamps(text, kept, ts, valid & ~is_meta)
+        if exact is not None:
             ts, base = exact
+    instant = np.isin(ph.codes, [ph.code("i"), ph.code("I")])
+    is_memory = instant & (name.codes == name.code("[memory]")) & valid
+    is_counter = (ph.codes == ph.code("C")) & valid
+    keep = valid & ~(is_memory | is_counter | is_meta)
+    rows = np.flatnonzero(keep)
+    pid, names = coerce_ids(cols["pid"])
+    tid, tid_names = coerce_ids(cols["tid"])
+    names.update(tid_names)
+    if "id2" in cols:
+        cols["async"] = _async_keys(ph.codes, cols, pid, names)
     chunk = Chunk(
         records=n,
         rows=len(rows),
-        events=_event_columns(cols, rows, ph, name, pid, tid, ts, keep, known_categories),
-        memory=_memory_columns(args, np.flatnonzero(is_memory), pid, tid, ts),
+        events=_event_columns(cols, rows, ph, name, pid, tid, ts, keep, known_categories, skipped),
+        memory=_memory_columns(args, np.flatnonzero(is_memory), pid, tid, ts, skipped),
+        names=names,
+        skipped=skipped,
         flows=flows,
         ts_base_us=base,
     )
     for i in np.flatnonzero(is_counter).tolist():
-        chunk.counters.append((float(ts[i]), cols["name"][i], _json_object(args[i])))
+        ident = cols["id"][i]
+        chunk.counters.append((float(ts[i]), int(pid[i]), None if ident is None else id_text(ident),
+                               cols["name"][i], json_object(args[i])))
     for i in np.flatnonzero(is_meta).tolist():
-        chunk.meta.append((cols["name"][i], int(pid[i]), int(tid[i]), _json_object(args[i])))
+        chunk.meta.append((cols["name"][i], int(pid[i]), int(tid[i]), json_object(args[i])))
     return chunk
+
+
+def _async_keys(phase: np.ndarray, cols: dict[str, tuple], pid: np.ndarray, names: dict[int, str]) -> list[str | None]:
+    """Per record, the key that pairs and places async records (None for others, and for those with no id).
+
+    As in Perfetto: `id` or `id2.global` is global to the trace, `id2.local` local to its process;
+    both within the category. Legacy async records (`S`/`T`/`p`/`F`) are matched by name too, as the
+    Chrome macros that write them take one.
+    """
+    keys: list[str | None] = [None] * len(phase)
+    legacy = np.isin(phase, LEGACY_CODES)
+    for i in np.flatnonzero(np.isin(phase, ASYNC_CODES)).tolist():
+        ident, id2, scope = cols["id"][i], cols["id2"][i] or {}, ""
+        if ident is None and "global" in id2:
+            ident = id2["global"]
+        elif ident is None and "local" in id2:
+            ident, scope = id2["local"], f"pid {names.get(int(pid[i]), pid[i])} "
+        if ident is None:
+            continue
+        cat = cols["cat"][i]
+        cat = cat.value if isinstance(cat, enum.Enum) else cat
+        key = f"{scope}{cat}:{id_text(ident)}" if cat else f"{scope}{id_text(ident)}"
+        keys[i] = f"{key} {cols['name'][i]}" if legacy[i] else key
+    return keys
 
 
 def _event_columns(cols: dict[str, tuple], rows: np.ndarray, ph: Strings, name: Strings,
                    pid: np.ndarray, tid: np.ndarray, ts: np.ndarray, keep: np.ndarray,
-                   known_categories: bool) -> dict[str, Any]:
+                   known_categories: bool, skipped: Counter[str]) -> dict[str, Any]:
     """Columns of the span/instant rows of a chunk.
 
-    Columns that no row of the chunk uses are None (`id` without async begin/end pairs, `flops` and
+    Columns that no row of the chunk uses are None (`async` without async records, `flops` and
     `bytes` where all are NaN), to keep a million-event trace small while it is assembled.
     """
     everything = len(rows) == len(ts)
-    args = cols["args"] if everything else tuple(itertools.compress(cols["args"], keep))
+
+    def kept(column: Sequence[Any]) -> Sequence[Any]:
+        return column if everything else tuple(itertools.compress(column, keep))
+
+    args = kept(cols["args"])
     raw, present = raw_strings(args)
     n = len(rows)
-    cats = cols["cat"] if everything else tuple(itertools.compress(cols["cat"], keep))
-    cat = Strings(np.fromiter(map(_CATEGORY_CODE.__getitem__, map(id, cats)), dtype=np.int32, count=n),
-                  _CATEGORY_VALUES) if known_categories else Strings.encode(cats)
+    cats = kept(cols["cat"])
+    cat = Strings(np.fromiter(map(CATEGORY_CODE.__getitem__, map(id, cats)), dtype=np.int32, count=n),
+                  CATEGORY_VALUES) if known_categories else Strings.encode(cats)
     out: dict[str, Any] = {
         "ph": ph.take(rows),
         "name": name.take(rows),
@@ -362,10 +312,8 @@ def _event_columns(cols: dict[str, tuple], rows: np.ndarray, ph: Strings, name: 
         "pid": pid[rows],
         "tid": tid[rows],
         "ts": ts[rows],
-        "dur": np.fromiter(cols["dur"] if everything else itertools.compress(cols["dur"], keep),
-                           dtype=np.float64, count=n),
-        "id": _ints(cols["id"] if everything else tuple(itertools.compress(cols["id"], keep)))
-        if "id" in cols else None,
+        "dur": np.fromiter(kept(cols["dur"]), dtype=np.float64, count=n),
+        "async": Strings.encode(kept(cols["async"])) if "async" in cols else None,
         "args": raw,
         **{key: np.full(n, MISSING, dtype=np.int64) for key in EVENT_INTS},
         **dict.fromkeys(EVENT_FLOATS),
@@ -376,19 +324,23 @@ def _event_columns(cols: dict[str, tuple], rows: np.ndarray, ph: Strings, name: 
     for code, kind in enumerate(_ARG_GROUPS):
         where = np.flatnonzero((group == code) & present)
         if len(where):
-            _typed_columns(kind, _gather(args, where), where, out)
+            _typed_columns(kind, _gather(args, where), where, out, skipped)
     ext_v1 = out.pop("external_id_v1", None)  # Kineto 2021 kernels spell it "external id"
     if ext_v1 is not None:
         np.copyto(out["external_id"], ext_v1, where=out["external_id"] == MISSING)
+    size = out.pop("size", None)  # MTIA DMA requests give their bytes as "size"
+    if size is not None:
+        out["bytes"] = size if out["bytes"] is None else np.where(np.isnan(out["bytes"]), size, out["bytes"])
     for key in ("shapes", "dtypes"):
         if out[key] is None:
             out[key] = pa.nulls(n, pa.string())
     return out
 
 
-def _typed_columns(kind: type, args: Sequence[msgspec.Raw], where: np.ndarray, out: dict[str, Any]) -> None:
+def _typed_columns(kind: type, args: Sequence[msgspec.Raw], where: np.ndarray, out: dict[str, Any],
+                   skipped: Counter[str]) -> None:
     """Decode `args` (the raw args of rows `where`) as `kind` and write its fields into `out`."""
-    typed = _decode_args(kind, args)
+    typed = _decode_args(kind, args, skipped)
     fields = tuple(f.name for f in msgspec.structs.fields(kind))
     values = _columns(typed, fields)
     n = len(out["ts"])
@@ -396,19 +348,19 @@ def _typed_columns(kind: type, args: Sequence[msgspec.Raw], where: np.ndarray, o
         if key in _RAW_ARG_FIELDS:
             out["shapes" if key == "input_dims" else "dtypes"] = _spread_raw(column, where, n)
             continue
-        float_column = key in EVENT_FLOATS
+        float_column = key in (*EVENT_FLOATS, "size")
         target = out.get(key)
         if target is None:
             target = out[key] = np.full(n, np.nan if float_column else MISSING,
                                         dtype=np.float64 if float_column else np.int64)
         target[where] = np.fromiter(column, dtype=target.dtype, count=len(where))
-    for key in EVENT_FLOATS:
-        if out[key] is not None and np.isnan(out[key]).all():
+    for key in (*EVENT_FLOATS, "size"):
+        if out.get(key) is not None and np.isnan(out[key]).all():
             out[key] = None
 
 
 def _memory_columns(args: tuple[msgspec.Raw, ...], rows: np.ndarray, pid: np.ndarray, tid: np.ndarray,
-                    ts: np.ndarray) -> np.ndarray:
+                    ts: np.ndarray, skipped: Counter[str]) -> np.ndarray:
     """`[memory]` instants as a structured array (ts in µs, thread, fields; MISSING if absent)."""
     out = np.empty(len(rows), dtype=[("ts", "f8"), ("pid", "i8"), ("tid", "i8")]
                    + [(f, "i8") for f in MEMORY_FIELDS])
@@ -417,116 +369,40 @@ def _memory_columns(args: tuple[msgspec.Raw, ...], rows: np.ndarray, pid: np.nda
         return out
     mem_args = _gather(args, rows)
     where = np.flatnonzero(np.fromiter(map(len, mem_args), dtype=np.int64, count=len(rows)) > 0)
-    typed = _decode_args(_MemoryArgs, _gather(mem_args, where)) if len(where) else []
+    typed = _decode_args(_MemoryArgs, _gather(mem_args, where), skipped) if len(where) else []
     for key, column in _columns(typed, MEMORY_FIELDS).items():
         out[key] = _spread(column, where, len(rows), np.int64, MISSING)
     return out
 
 
-def _records_loose(text: bytes) -> tuple[list[Any], int]:
-    """Slow path for records with fields, types or phases the typed structs do not declare.
-
-    Unknown top-level fields, values of unexpected types and unknown phases are kept in args. Empty
-    records (`{}`, which JAX writes to close its trace) are not rows: they are counted and returned.
-    """
-    try:
-        items = _decoders[Any].decode(text)
-    except msgspec.DecodeError as exc:  # the typed decoders stopped at a field before a wrong cut
-        raise ChunkDecodeError(str(exc)) from exc
-    records = []
-    empty = 0
-    for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise EventSchemaError(f"traceEvents[{i}] is {type(item).__name__}, not an object")
-        if not item:
-            empty += 1
-            continue
-        args = item.get("args")
-        kept = {k: v for k, v in item.items() if k not in _KNOWN_KEYS}
-        if args is not None and not isinstance(args, dict):
-            kept["args"], args = args, None
-        phase = item.get("ph", "")
-        if phase not in PHASE_VALUES:
-            kept["ph"], phase = phase, ""
-        cls = _CLASSES[Phase(phase)]
-        if issubclass(cls, _Flow):
-            records.append(cls())
-            continue
-        fields: dict[str, Any] = {}
-        for key, types in (("name", str), ("cat", str), ("pid", (int, str)), ("tid", (int, str)),
-                           ("id", (int, str)), ("ts", (int, float)), ("dur", (int, float))):
-            value = item.get(key)
-            if value is None:
-                continue
-            if isinstance(value, types) and not isinstance(value, bool):
-                fields[key] = float(value) if key in ("ts", "dur") else value
-            elif key in ("name", "cat"):
-                fields[key] = str(value)
-            else:
-                kept[key] = value
-        merged = {**(args or {}), **kept}
-        raw = msgspec.json.encode(merged) if merged or args is not None else b""
-        records.append(cls(**fields, args=msgspec.Raw(raw)))
-    return records, empty
-
-
-def _decode_args(kind: type, args: Sequence[msgspec.Raw]) -> list[Any]:
-    """Decode raw args objects into `kind` structs (fields of unexpected type are left out)."""
+def _decode_args(kind: type, args: Sequence[msgspec.Raw], skipped: Counter[str]) -> list[Any]:
+    """Decode raw args objects into `kind` structs (fields of unexpected type are left out, and counted)."""
     text = b"[" + b",".join(args) + b"]"
     try:
         return _decoders[kind].decode(text)
     except msgspec.ValidationError:
-        return [_struct_loose(kind, item) for item in _decoders[Any].decode(text)]
+        return [_struct_loose(kind, item, skipped) for item in decode_json(text)]
 
 
-def _struct_loose(kind: type, item: Any) -> Any:
+def _struct_loose(kind: type, item: Any, skipped: Counter[str]) -> Any:
     values: dict[str, Any] = {}
     for f in msgspec.structs.fields(kind) if isinstance(item, dict) else ():
         if f.encode_name not in item:
             continue
         value = item[f.encode_name]
         if f.type is msgspec.Raw:
-            values[f.name] = msgspec.Raw(msgspec.json.encode(value))
+            values[f.name] = msgspec.Raw(encode_json(value))
             continue
         try:
-            values[f.name] = msgspec.convert(value, f.type)
+            converted = msgspec.convert(value, f.type)
         except msgspec.ValidationError:
+            skipped[LOOSE_ARGS] += 1
             continue
+        if isinstance(converted, float) and math.isinf(converted):  # a number past float64 (1e400)
+            skipped[LOOSE_ARGS] += 1
+            continue
+        values[f.name] = converted
     return kind(**values)
-
-
-def raw_strings(values: tuple[msgspec.Raw, ...]) -> tuple[pa.Array, np.ndarray]:
-    """An Arrow string array of raw JSON values (empty → null) and the mask of present ones."""
-    n = len(values)
-    lengths = np.fromiter(map(len, values), dtype=np.int64, count=n)
-    present = lengths > 0
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    large = offsets[-1] >= 2**31
-    validity = None if present.all() else pa.py_buffer(np.packbits(present, bitorder="little"))
-    array = pa.Array.from_buffers(
-        pa.large_string() if large else pa.string(), n,
-        [validity, pa.py_buffer(offsets if large else offsets.astype(np.int32)),
-         pa.py_buffer(b"".join(values))],
-        null_count=int(n - present.sum()),
-    )
-    return array, present
-
-
-def _ints(values: tuple[Any, ...]) -> np.ndarray:
-    """int64 column of pid/tid/id values; text values give their digits ("stream 7" → 7) or -1."""
-    n = len(values)
-    try:
-        return np.fromiter(values, dtype=np.int64, count=n)
-    except (TypeError, ValueError, OverflowError):
-        pass
-    is_int = np.fromiter(map(isinstance, values, itertools.repeat(int)), dtype=bool, count=n)
-    numbers = np.full(n, -1, dtype=np.int64)
-    numbers[is_int] = np.fromiter(itertools.compress(values, is_int), dtype=np.int64, count=int(is_int.sum()))
-    for i in np.flatnonzero(~is_int).tolist():
-        digits = "".join(c for c in str(values[i]) if c.isdigit())
-        numbers[i] = int(digits[-18:]) if digits else -1
-    return numbers
 
 
 def _spread(values: tuple[Any, ...], where: np.ndarray, n: int, dtype: type, missing: Any) -> np.ndarray:
@@ -547,8 +423,3 @@ def _spread_raw(values: tuple[msgspec.Raw, ...], where: np.ndarray, n: int) -> p
     index = np.full(n, -1, dtype=np.int64)
     index[where] = np.arange(len(where))
     return compact.take(pa.array(index, mask=index < 0))
-
-
-def _json_object(raw: msgspec.Raw) -> dict[str, Any]:
-    value = msgspec.json.decode(raw) if len(raw) else {}
-    return value if isinstance(value, dict) else {"args": value}

@@ -10,8 +10,7 @@ import numpy as np
 
 from workbench.trace import schema
 from workbench.trace.columns import lookup
-
-KIND_CODES = {k: i for i, k in enumerate(schema.KINDS)}
+from workbench.trace.schema import KIND_CODES
 
 
 def launchers(kind: np.ndarray, corr: np.ndarray, parent: np.ndarray, ext: np.ndarray | None = None, *,

@@ -67,8 +67,7 @@ from workbench.trace.nesting import innermost_enclosing, nest_spans
 from workbench.trace.nsys_meta import reader_report, trace_metadata
 from workbench.trace.nsys_parts import LANES, Part, TableParts, pid_key
 from workbench.trace.nsys_tables import KERNELS, MEMORY, NsysExport, ints, open_export, process_ids
-
-KIND_CODES = {k: i for i, k in enumerate(schema.KINDS)}
+from workbench.trace.schema import KIND_CODES
 
 _HOST_MEMORY = ("Pageable", "Pinned")
 

@@ -69,6 +69,9 @@ KINDS = (
 )
 """Every value the events `kind` column may take."""
 
+KIND_CODES = {kind: code for code, kind in enumerate(KINDS)}
+"""Each kind's integer code, as readers build the `kind` column (codes into `KINDS`) before encoding it."""
+
 DEVICE_KINDS = frozenset({"kernel", "memcpy", "memset", "hlo", "module", "layer"})
 """Kinds that run on an accelerator (and so may have a `launcher`)."""
 

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -65,6 +64,15 @@ from workbench.trace.columns import dict_array, encode_strings, grouped
 from workbench.trace.launches import launchers, per_process
 from workbench.trace.model import Trace
 from workbench.trace.nesting import nest_spans
+from workbench.trace.schema import KIND_CODES
+from workbench.trace.xla_host import (
+    CORRELATION,
+    HOST_PLANE,
+    PYTHON_LANE,
+    host_kind,
+    mark_annotations,
+    xla_cpu_modules,
+)
 from workbench.trace.xspace_device import (
     device_properties,
     line_kind,
@@ -76,15 +84,7 @@ from workbench.trace.xspace_device import (
 )
 
 SUFFIX = ".xplane.pb"
-KIND_CODES = {k: i for i, k in enumerate(schema.KINDS)}
 
-_HOST_PLANE = "/host:CPU"
-_CORRELATION = "correlation_id"
-_STEP_STATS = ("step_num", "_r")
-_RUNTIME_NAME = re.compile(r"::|\(")
-_LAUNCH = "PjitFunction("
-_PYTHON_LANE = "/python tracer"
-_CPU_MODULE_RANGE = "ThunkExecutor::Execute"
 
 
 def read_xspace(path: str | os.PathLike[str]) -> Trace:
@@ -183,9 +183,9 @@ class _Reader:
                                stream=stream_types(line.name) if kind is None else None)
                     continue
                 where = [host] if self.multi_host else []
-                if plane.name != _HOST_PLANE:
+                if plane.name != HOST_PLANE:
                     where.append(plane.name.strip("/"))
-                self._line(line, None if plane.name == _HOST_PLANE else "other", "cpu",
+                self._line(line, None if plane.name == HOST_PLANE else "other", "cpu",
                            "/".join(["cpu", *where, line.name]), index, tid)
 
     def _line(self, line: Any, kind: str | None, device: str, track: str, pid: int, tid: int,
@@ -196,7 +196,7 @@ class _Reader:
         for event in line.events:
             n += 1
             stats = _stats(event.stats)
-            corr = stats.pop(_CORRELATION) if isinstance(stats.get(_CORRELATION), int) else -1
+            corr = stats.pop(CORRELATION) if isinstance(stats.get(CORRELATION), int) else -1
             size = np.nan
             if stream is not None:
                 event_kind: str | None = stream_event_kind(event.name, stats, stream)
@@ -204,13 +204,13 @@ class _Reader:
             elif device == "cpu" and corr >= 0:
                 event_kind = "runtime"
             else:
-                event_kind = kind or _host_kind(event.name, stats)
+                event_kind = kind or host_kind(event.name, stats)
             self.start.append(event.start_ns)
             self.dur.append(event.duration_ns)
             self.name.append(event.name)
             self.classify.append(event_kind is None)
             self.kind.append(KIND_CODES[event_kind or "op"])
-            self.track.append(f"{track}{_PYTHON_LANE}" if event_kind == "python" and kind is None else track)
+            self.track.append(f"{track}{PYTHON_LANE}" if event_kind == "python" and kind is None else track)
             self.corr.append(corr)
             self.flops.append(_number(stats, "flops"))
             moved = _number(stats, "bytes_accessed")
@@ -229,9 +229,9 @@ class _Reader:
         track, track_labels = encode_strings(self.track)
         device, device_labels = encode_strings(self.device)
         parent, depth = nest_spans(track, start, dur)
-        kind = _annotations(np.asarray(self.kind, dtype=np.int8), np.asarray(self.classify, dtype=bool),
+        kind = mark_annotations(np.asarray(self.kind, dtype=np.int8), np.asarray(self.classify, dtype=bool),
                             np.asarray(self.name, dtype=object), parent, depth)
-        _xla_cpu_modules(kind, self.name, self.args, parent)
+        xla_cpu_modules(kind, self.name, self.args, parent)
         name, name_labels = encode_strings(self.name)
         n = len(start)
         pid = np.asarray(self.pid, dtype=np.int64)
@@ -285,50 +285,3 @@ def _number(stats: dict[str, Any], key: str) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(stats.pop(key))
     return np.nan
-
-
-def _host_kind(name: str, stats: dict[str, Any]) -> str | None:
-    """The kind of a host-thread event, or None for a range that is an annotation or an op by nesting."""
-    if "hlo_op" in stats:
-        return "hlo"
-    if "hlo_module" in stats:
-        return "module"
-    if name.startswith("$"):
-        return "python"
-    if any(s in stats for s in _STEP_STATS):
-        return "annotation"
-    return "op" if _RUNTIME_NAME.search(name) else None
-
-
-def _xla_cpu_modules(kind: np.ndarray, name: list[str], args: list[str | None], parent: np.ndarray) -> None:
-    """Make each XLA:CPU module run a `module` event, in place. XLA:CPU writes no module span: its ops
-    run inside a `ThunkExecutor::Execute` range, which is renamed after the ops' `hlo_module` (the
-    original name kept in args as `xla_cpu_range`), like the `XLA Modules` line of a TPU or GPU."""
-    hlo_rows = np.flatnonzero((kind == KIND_CODES["hlo"]) & (parent >= 0))
-    modules: dict[int, dict[str, Any]] = {}
-    for row in hlo_rows:
-        up = int(parent[row])
-        if up in modules or name[up] != _CPU_MODULE_RANGE or args[row] is None:
-            continue
-        stats = json.loads(args[row])
-        if "hlo_module" in stats:
-            modules[up] = {key: stats[key] for key in ("hlo_module", "program_id") if key in stats}
-    for up, stats in modules.items():
-        kind[up] = KIND_CODES["module"]
-        name[up] = str(stats["hlo_module"])
-        own = json.loads(args[up]) if args[up] else {}
-        args[up] = json.dumps({**own, **stats, "xla_cpu_range": _CPU_MODULE_RANGE}, ensure_ascii=False)
-
-
-def _annotations(kind: np.ndarray, undecided: np.ndarray, name: np.ndarray, parent: np.ndarray,
-                 depth: np.ndarray) -> np.ndarray:
-    """Mark as `annotation` the undecided ranges with an annotation or a jitted call inside."""
-    kind = kind.copy()
-    launch = np.array([str(s).startswith(_LAUNCH) for s in name], dtype=bool)
-    for level in range(int(depth.max()) if len(depth) else 0, 0, -1):
-        rows = np.flatnonzero(depth == level)
-        marks = (kind[rows] == KIND_CODES["annotation"]) | launch[rows]
-        up = parent[rows[marks]]
-        up = up[(up >= 0) & undecided[np.maximum(up, 0)]]
-        kind[up] = KIND_CODES["annotation"]
-    return kind
