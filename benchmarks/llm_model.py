@@ -174,7 +174,7 @@ def decode_breakdown(model: Any, loaded: Any, config: pm.LLMConfig, device: Any,
         entry[0] += 1
         entry[1] += e.self_cpu_time_total / 1e3
     top = sorted(by_name.items(), key=lambda item: -item[1][1])[:TOP_OPS]
-    predicted = pm.decode_steps(config, device, batch, prompt, new)
+    predicted = pm.predicted_decode_steps(config, device, batch, prompt, new)
     cost = pm.forward_cost(config, batch, 1, prompt + new // 2)
     _, peak = device.peak(config.dtype)
     return {"batch": batch, "prompt": prompt, "new": new, "step_ms": wall_ms, "matmul_ms": matmul_ms,

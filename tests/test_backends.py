@@ -13,13 +13,13 @@ from workbench.backends import (
     REFERENCE,
     Workload,
     available_devices,
-    compare,
     get_variant,
     list_variants,
     prepare,
     quantize_int8_dynamic,
     run_benchmark,
 )
+from workbench.backends import compare_outputs as compare
 from workbench.backends.benchmark import WallClockTimer
 from workbench.errors import VariantUnavailable, WorkbenchError
 from workbench.models import load_model

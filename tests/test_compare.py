@@ -11,11 +11,11 @@ from bokeh.resources import INLINE
 from click.testing import CliRunner
 from conftest import TINY_CAPTURE
 
-from workbench.analysis.compare import latency_samples, op_comparison, variant_table
+from workbench.analysis.experiment_tables import latency_samples, op_comparison, variant_table
 from workbench.analysis.fusion import fusion_inputs, fusion_table
 from workbench.cli import main
 from workbench.trace.bundle import open_bundle
-from workbench.views.compare import compare
+from workbench.views.experiments import experiments_view as compare
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_compare_view_builds_and_escapes_names(experiment):
 def test_stacked_timelines_share_an_axis_aligned_on_step_zero(experiment):
     from bokeh.plotting import figure as figure_type
 
-    from workbench.analysis.compare import aligned_on_first_step, first_step_ns
+    from workbench.analysis.steps import aligned_on_first_step, first_step_ns
 
     layout = compare(experiment)
     timelines = [f for f in layout.select({"type": figure_type}) if str(f.title.text).startswith("Timeline")]

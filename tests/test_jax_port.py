@@ -16,7 +16,7 @@ import torch
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
-from workbench.backends.numerics import compare  # noqa: E402
+from workbench.backends.numerics import compare_outputs as compare  # noqa: E402
 from workbench.errors import VariantUnavailable, WorkbenchError  # noqa: E402
 from workbench.models import LoadedModel, load_model  # noqa: E402
 from workbench.models.jax_port import JaxModel, jax_inputs, jax_model  # noqa: E402

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from workbench.errors import WorkbenchError
-from workbench.llm.kv_cache import KV_DTYPES, KVCache, kv_cache_bytes
+from workbench.llm.kv_cache import CACHE_FORMATS as KV_DTYPES
+from workbench.llm.kv_cache import KVCache, kv_cache_bytes
 from workbench.models import load_model
 from workbench.models.tiny_gpt import CacheLayout, cache_layout, expand_kv
 

@@ -231,13 +231,13 @@ def test_pass_time_is_the_roofline(small):
 
 def test_decode_steps_sum_each_step(small):
     device = _device()
-    steps = pm.decode_steps(small, device, 2, 5, 4)
+    steps = pm.predicted_decode_steps(small, device, 2, 5, 4)
     expected = [pm.pass_time(pm.forward_cost(small, 2, 1, past), device, "fp16", 1e-6)["time_s"]
                 for past in (5, 6, 7)]
-    steps = pm.decode_steps(small, device, 2, 5, 4, overhead_s=1e-6)
+    steps = pm.predicted_decode_steps(small, device, 2, 5, 4, overhead_s=1e-6)
     assert steps["steps"] == 3
     assert steps["step_s"].tolist() == pytest.approx(expected)
-    assert pm.decode_steps(small, device, 2, 5, 1)["steps"] == 0
+    assert pm.predicted_decode_steps(small, device, 2, 5, 1)["steps"] == 0
 
 
 def test_crossover_batch(small):

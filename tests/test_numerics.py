@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from workbench.backends.numerics import compare
+from workbench.backends.numerics import compare_outputs as compare
 from workbench.errors import WorkbenchError
 
 

@@ -99,7 +99,7 @@ def test_lanes_of_resnet_follow_devices_and_count_events(resnet: Trace) -> None:
     table = lanes(resnet)
     per_track = resnet.df().groupby("track", observed=True).agg(events=("name", "size"), depth=("depth", "max"))
     assert list(table["lane"]) == list(range(len(per_track)))
-    assert list(table["device"]) == ["cpu", "cpu", "cpu", "cuda:0"]
+    assert list(table["device"]) == ["cpu"] * 5 + ["cuda:0"]  # two threads and three Kineto marker lanes
     assert table["track"].iloc[-1] == "cuda:0/stream 7" and table["label"].iloc[-1] == "stream 7"
     host = table[table["device"] == "cpu"]
     assert list(host["events"]) == sorted(host["events"], reverse=True)  # busiest thread first

@@ -35,7 +35,7 @@ from workbench.profiling import ProfileSettings, profile_variant
 from workbench.trace import read_trace
 from workbench.trace.bundle import open_bundle, write_bundle
 from workbench.trace.trt_layers import TRACK, LayerTimes, layer_trace, merge_layer_times
-from workbench.views.compare import compare
+from workbench.views.experiments import experiments_view as compare
 
 GEMM = {"Name": "Gemm_48", "LayerType": "CaskGemmMatrixMultiply",
         "Inputs": [{"Name": "x", "Dimensions": [32, 512], "Format/Datatype": "Row major linear FP16 format"}],

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.paths import traces_root
 from workbench.trace.bundle import Bundle
+from workbench.trace.schema import PHASE_MEASURE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,9 +63,9 @@ def show(runs: RunRef | Sequence[RunRef], root: str | Path | None = None) -> Non
 
 def compare(runs: Sequence[RunRef], root: str | Path | None = None) -> None:
     """Render the comparison view of several runs (latency, speedup, numerics, ops aligned)."""
-    from workbench.views.compare import compare as compare_view
+    from workbench.views.experiments import experiments_view
 
-    _render(compare_view(_bundles(runs, root)))
+    _render(experiments_view(_bundles(runs, root)))
 
 
 def roofline(run: RunRef | Sequence[RunRef], device: str | None = None,
@@ -106,11 +107,11 @@ def idle(run: RunRef | Sequence[RunRef], root: str | Path | None = None) -> pd.D
     from workbench.analysis.idle import idle_gaps
 
     trace = _one(run, root, "idle").trace()
-    return idle_gaps(trace, phase_window(trace, "measure"))
+    return idle_gaps(trace, phase_window(trace, PHASE_MEASURE))
 
 
-def diff(a: RunRef | Trace | Sequence[RunRef], b: RunRef | Trace | Sequence[RunRef], *, phase: str | None = "measure",
-         per_step: bool = False, root: str | Path | None = None) -> pd.DataFrame:
+def diff(a: RunRef | Trace | Sequence[RunRef], b: RunRef | Trace | Sequence[RunRef], *,
+         phase: str | None = PHASE_MEASURE, per_step: bool = False, root: str | Path | None = None) -> pd.DataFrame:
     """Per (name, kind): count and time in run (or Trace) `a` and `b`, deltas and status (new, vanished,
     changed, unchanged), columns `workbench.analysis.diff.DIFF_COLUMNS`. Only each trace's `phase`
     annotation counts when it has one (a capture's measured steps); `per_step` divides by profiled steps."""
@@ -139,15 +140,15 @@ def fusion_detail(run: RunRef | Sequence[RunRef], root: str | Path | None = None
     return detail(fusion_inputs(_one(run, root, "fusion_detail")))
 
 
-def show_diff(a: RunRef | Sequence[RunRef], b: RunRef | Sequence[RunRef], *, phase: str | None = "measure",
+def show_diff(a: RunRef | Sequence[RunRef], b: RunRef | Sequence[RunRef], *, phase: str | None = PHASE_MEASURE,
               per_step: bool = False, root: str | Path | None = None) -> None:
     """Render the diff view of two runs: the status-coloured table, the largest time deltas and both timelines
     aligned on their first step (`workbench.views.diff.diff_view`)."""
-    from workbench.analysis.summary import display_name
+    from workbench.trace.records import display_name
     from workbench.views.diff import diff_view
 
     first, second = _one(a, root, "show_diff"), _one(b, root, "show_diff")
-    labels = tuple(str(display_name(x.info.get("variant")) or x.run_id) for x in (first, second))
+    labels = tuple(display_name(x.record) for x in (first, second))
     if labels[0] == labels[1]:
         labels = (first.run_id, second.run_id)
     _render(diff_view(first.trace(), second.trace(), labels, phase=phase, per_step=per_step))

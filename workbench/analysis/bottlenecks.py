@@ -46,6 +46,7 @@ from workbench.analysis.roofline import roofline, run_device_spec
 from workbench.hardware.device import DTYPES, DeviceSpec
 from workbench.trace import Trace
 from workbench.trace.bundle import Bundle
+from workbench.trace.schema import PHASE_MEASURE
 
 FINDING_COLUMNS = ("kind", "device", "time_share", "title", "suggestion", "evidence")
 """Columns of `findings_table`, in order."""
@@ -85,14 +86,14 @@ def analyze(trace: Trace, roofline: pd.DataFrame | None = None) -> dict[str, Any
     an import; `idle` is per device (`workbench.analysis.idle.idle_summary`), `roofline` the given
     DataFrame's records ([] without one).
     """
-    window = phase_window(trace, "measure")
+    window = phase_window(trace, PHASE_MEASURE)
     findings = find_bottlenecks(trace, roofline, window=window)
     busy = busy_by_device(trace, window)
     return {
         "findings": [f.to_dict() for f in findings],
         "roofline": [] if roofline is None else json_ready(roofline.to_dict("records")),
         "idle": {device: b.summary() for device, b in busy.items()},
-        "window": None if window is None else {"phase": "measure", "start_ns": window[0], "end_ns": window[1]},
+        "window": None if window is None else {"phase": PHASE_MEASURE, "start_ns": window[0], "end_ns": window[1]},
     }
 
 
@@ -112,11 +113,10 @@ def run_roofline(bundle: Bundle, device: str | None = None) -> tuple[DeviceSpec 
     precision is the dtype of work whose dtype the trace does not say. (None, None) when no device figures
     are known."""
     trace = bundle.trace()
-    spec = run_device_spec(bundle.info, trace, device)
+    spec = run_device_spec(bundle.record, trace, device)
     if spec is None:
         return None, None
-    variant = bundle.info.get("variant")
-    precision = variant.get("precision") if isinstance(variant, dict) else None
+    precision = bundle.record.variant_precision
     kinds = ("hlo",) if pc.any(pc.equal(trace.events["kind"], "hlo")).as_py() else ("op", "kernel")
     return spec, roofline(trace, spec, kinds=kinds, default_dtype=precision if precision in DTYPES else None,
                           kernel_metrics=bundle.table("kernel_metrics"))

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.trace import Trace
+from workbench.trace.schema import PHASE_MEASURE
 
 OP_TABLE_COLUMNS = ("name", "calls", "total_ns", "self_ns", "mean_ns", "device_ns", "flops", "flops_per_s", "share",
                     "step_share")
@@ -55,7 +56,7 @@ def device_time_launched_ns(events: pd.DataFrame) -> np.ndarray:
     return launched
 
 
-def phase_window(trace: Trace, name: str = "measure") -> tuple[int, int] | None:
+def phase_window(trace: Trace, name: str = PHASE_MEASURE) -> tuple[int, int] | None:
     """(start_ns, end_ns) of the first annotation called `name` (the steady-state steps of a capture)."""
     events = trace.df()
     hits = events[(events["kind"] == "annotation") & (events["name"] == name)]

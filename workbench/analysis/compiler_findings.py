@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from workbench.analysis.breakdown import device_time_launched_ns
-from workbench.analysis.compare import ELEMENTWISE_OPS, FUSED_NAME
 from workbench.analysis.finding import Finding, FindingContext, clamp_share, ms_text
+from workbench.analysis.fusion import ELEMENTWISE_OPS, FUSED_NAME
 from workbench.analysis.idle import merge_intervals
 from workbench.errors import WorkbenchError
 

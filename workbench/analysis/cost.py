@@ -20,9 +20,9 @@ import pandas as pd
 
 from workbench.analysis.fusion import kernel_units
 from workbench.analysis.roofline import event_work, roof_columns, run_device_spec
-from workbench.analysis.summary import display_name
 from workbench.hardware.device import DTYPES, DeviceSpec
 from workbench.trace.bundle import Bundle
+from workbench.trace.records import display_name
 
 COLUMNS = ("run", "variant", "basis", "device", "latency_ms", "items_per_s", "tokens_per_s", "price_per_hour",
            "usd_per_million_calls", "usd_per_million_items", "usd_per_million_tokens", "work_known")
@@ -38,15 +38,14 @@ def cost_table(bundles: Sequence[Bundle], targets: Sequence[DeviceSpec] = (), *,
     """
     rows = []
     for bundle in bundles:
-        info = bundle.info
-        stats = info.get("benchmark") or {}
-        items, tokens = info.get("items_per_call") or 1, info.get("tokens_per_call")
-        own = run_device_spec(info, None)
+        record = bundle.record
+        items, tokens = record.items_per_call or 1, record.tokens_per_call
+        own = run_device_spec(record, None)
         price = price_per_hour if price_per_hour is not None else (own.price_per_hour if own else None)
-        base = {"run": bundle.run_id, "variant": display_name(info.get("variant")) or bundle.run_id}
-        if stats.get("p50"):
-            rows.append({**base, "basis": "measured", "device": info.get("device"),
-                         **_priced(stats["p50"] * 1e6, items, tokens, price), "work_known": np.nan})
+        base = {"run": bundle.run_id, "variant": display_name(record)}
+        if record.p50_ms:
+            rows.append({**base, "basis": "measured", "device": record.device,
+                         **_priced(record.p50_ms * 1e6, items, tokens, price), "work_known": np.nan})
         if targets and bundle.has_trace:
             steps = _projected_steps(bundle, targets)
             for target in targets:
@@ -79,8 +78,7 @@ def _projected_steps(bundle: Bundle, targets: Sequence[DeviceSpec]) -> dict[str,
     if units.empty:
         return {target.name: (np.nan, np.nan) for target in targets}
     work = event_work(trace.df()).iloc[units["row"].to_numpy()].reset_index(drop=True)
-    variant = bundle.info.get("variant")
-    precision = variant.get("precision") if isinstance(variant, dict) else None
+    precision = bundle.record.variant_precision
     if precision in DTYPES:
         work["dtype"] = work["dtype"].fillna(precision)
     known = (work["flops"].notna() | work["bytes"].notna()).to_numpy()

@@ -4,7 +4,7 @@
 time in `a` (the control) and `b` (the test), the deltas, and a status: `new` (only in b), `vanished`
 (only in a: what fusion or a change removed), `changed` or `unchanged`. `diff_summary` condenses it
 for a report or `--json`; `aligned_pair` shifts both traces so their first profiled step starts at
-0 ns, for side-by-side timelines (`workbench.analysis.compare.aligned_on_first_step`). Per-variant kernels,
+0 ns, for side-by-side timelines (`workbench.analysis.steps.aligned_on_first_step`). Per-variant kernels,
 fusions and unfused ops are `workbench.analysis.fusion.fusion_table`.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.analysis.compare import aligned_on_first_step, steps_in
+from workbench.analysis.steps import aligned_on_first_step, steps_in
 from workbench.trace import Trace
 
 DIFF_COLUMNS = ("name", "kind", "count_a", "count_b", "time_a_ns", "time_b_ns", "delta_count", "delta_ns", "ratio",
@@ -36,7 +36,7 @@ def trace_diff(a: Trace, b: Trace, kinds: tuple[str, ...] = DIFF_KINDS, *, windo
 
     Time is the events' total duration (nested events each count theirs). Only events starting in a
     trace's window count when it has one; with `per_step` counts and times are divided by the trace's
-    number of profiled steps (`compare.steps_in`), so runs of different lengths compare. `ratio` is
+    number of profiled steps (`steps.steps_in`), so runs of different lengths compare. `ratio` is
     time_b / time_a (NaN for new names). Sorted by the size of the time delta.
     """
     left = _totals(a, kinds, window_a, steps_in(a) if per_step else 1).rename(
@@ -72,8 +72,8 @@ def diff_summary(table: pd.DataFrame, top: int = 10) -> dict[str, Any]:
     """
     names = {s: int((table["status"] == s).sum()) for s in STATUSES}
     by_kind = table.groupby("kind")[["time_a_ns", "time_b_ns"]].sum()
-    time_ns = {str(k): {"a": _number(r["time_a_ns"]), "b": _number(r["time_b_ns"]),
-                        "delta": _number(r["time_b_ns"] - r["time_a_ns"])} for k, r in by_kind.iterrows()}
+    time_ns = {str(k): {"a": _json_number(r["time_a_ns"]), "b": _json_number(r["time_b_ns"]),
+                        "delta": _json_number(r["time_b_ns"] - r["time_a_ns"])} for k, r in by_kind.iterrows()}
     changed = table[table["status"] == "changed"]
     return {
         "names": names,
@@ -107,11 +107,11 @@ def _totals(trace: Trace, kinds: tuple[str, ...], window: tuple[int, int] | None
 
 def _rows(table: pd.DataFrame) -> list[dict[str, Any]]:
     columns = ["name", "kind", "count_a", "count_b", "time_a_ns", "time_b_ns", "delta_ns"]
-    return [{c: (v if isinstance(v, str) else _number(v)) for c, v in row.items()}
+    return [{c: (v if isinstance(v, str) else _json_number(v)) for c, v in row.items()}
             for row in table[columns].to_dict("records")]
 
 
-def _number(value: Any) -> int | float | None:
+def _json_number(value: Any) -> int | float | None:
     """A JSON-ready number: ints stay ints, NaN becomes None."""
     if isinstance(value, np.generic):
         value = value.item()

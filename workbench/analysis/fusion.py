@@ -32,7 +32,6 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from workbench.analysis.compare import ELEMENTWISE_OPS, FUSED_NAME
 from workbench.analysis.steps import STEP_NAME, step_windows_of
 from workbench.analysis.trt_fusion import (
     ENGINE_JSON,
@@ -47,6 +46,17 @@ from workbench.errors import WorkbenchError
 from workbench.trace import Trace
 from workbench.trace.bundle import Bundle
 from workbench.trace.hlo_text import CONTROL_FLOW, PLUMBING, HloComputation, HloInstruction, HloModule, parse_hlo
+from workbench.trace.records import display_name
+
+FUSED_NAME = re.compile(r"fused|triton_|Torch-Compiled Region|CompiledFxGraph", re.IGNORECASE)
+ELEMENTWISE_OPS = frozenset({
+    "aten::add", "aten::add_", "aten::sub", "aten::mul", "aten::mul_", "aten::div", "aten::neg", "aten::exp",
+    "aten::tanh", "aten::gelu", "aten::relu", "aten::relu_", "aten::silu", "aten::sigmoid", "aten::pow",
+    "aten::rsqrt", "aten::sqrt", "aten::where", "aten::clamp", "aten::copy_", "aten::to", "aten::_to_copy",
+    "aten::native_dropout", "aten::masked_fill", "aten::softmax", "aten::_softmax", "aten::layer_norm",
+    "aten::native_layer_norm", "aten::embedding", "aten::cat", "aten::contiguous", "aten::clone",
+})
+"""Host ops that a fusing compiler (inductor, XLA) folds into its generated kernels."""
 
 OPTIMIZED_HLO = "optimized.hlo.txt"
 """A JAX run's post-optimization HLO in its bundle's compile/ folder (`jax_backend.ARTIFACTS`)."""
@@ -165,20 +175,19 @@ def fusion_inputs(bundle: Bundle) -> FusionInputs:
     """What `fusion_table` needs, from a run bundle: its trace; for a JAX run the optimized HLO
     (`compile/optimized.hlo.txt`) and XLA's cost analysis (run.json `notes.xla`); for a TensorRT run the
     engine inspector's JSON (`compile/tensorrt_engine.json`) and the node map (`compile/onnx_nodes.json`)."""
-    variant = bundle.info.get("variant") or {}
-    name = str(variant.get("name") or bundle.run_id) if isinstance(variant, dict) else str(variant)
-    backend = variant.get("backend") if isinstance(variant, dict) else None
-    framework = backend if backend in ("jax", "tensorrt") else "torch"
+    record = bundle.record
+    framework = record.variant_backend if record.variant_backend in ("jax", "tensorrt") else "torch"
     compile_dir = bundle.path / "compile"
-    xla = ((bundle.info.get("notes") or {}).get("xla") or {})
+    xla = record.notes.get("xla") or {}
     engine_json = node_ops = None
     if framework == "tensorrt":
         engine_json = _read_text(compile_dir / ENGINE_JSON)
         nodes = compile_dir / ONNX_NODES
         node_ops = read_node_ops(_read_text(nodes), f"run {bundle.run_id!r}: {nodes}")
-    return FusionInputs(variant=name, framework=framework, hlo_text=_read_text(compile_dir / OPTIMIZED_HLO),
-                        cost_analysis=xla.get("cost_analysis"), trace=bundle.trace() if bundle.has_trace else None,
-                        engine_json=engine_json, node_ops=node_ops)
+    return FusionInputs(variant=display_name(record), framework=framework,
+                        hlo_text=_read_text(compile_dir / OPTIMIZED_HLO), cost_analysis=xla.get("cost_analysis"),
+                        trace=bundle.trace() if bundle.has_trace else None, engine_json=engine_json,
+                        node_ops=node_ops)
 
 
 def _read_text(path: Path) -> str | None:

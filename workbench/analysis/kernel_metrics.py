@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 
 from workbench.trace import Trace
+from workbench.trace.schema import PHASE_MEASURE
 
 DRAM_BYTES = "dram__bytes.sum"
 """DRAM bytes read and written together: the metric of Nsight Compute's roofline sections, used when
@@ -27,9 +28,6 @@ DRAM_BYTES = "dram__bytes.sum"
 
 MEASURED_COLUMNS = ["flops", "bytes", "duration_ns", "dtype", "flops_complete"]
 """Columns of `measured_work`."""
-
-MEASURE = "measure"
-"""The phase (annotation) holding the measured iterations that ncu profiles."""
 
 JOIN_COLUMNS = ["row", "name", "start_ns", "dur_ns", "device", "launch"]
 """The trace side of the join: events row, kernel name, times, device, and launch index per name."""
@@ -40,7 +38,7 @@ def name_key(name: str) -> str:
     return re.sub(r"\s+", "", name)
 
 
-def trace_kernels(trace: Trace, phase: str | None = MEASURE) -> pd.DataFrame:
+def trace_kernels(trace: Trace, phase: str | None = PHASE_MEASURE) -> pd.DataFrame:
     """The trace's kernels (inside the first annotation named `phase`, when the trace has one), in start
     order, each with its launch index among the kernels of the same name.
 
@@ -66,7 +64,8 @@ def trace_kernels(trace: Trace, phase: str | None = MEASURE) -> pd.DataFrame:
     return table[JOIN_COLUMNS]
 
 
-def join_kernel_metrics(trace: Trace, metrics: pa.Table | pd.DataFrame, phase: str | None = MEASURE) -> pd.DataFrame:
+def join_kernel_metrics(trace: Trace, metrics: pa.Table | pd.DataFrame,
+                        phase: str | None = PHASE_MEASURE) -> pd.DataFrame:
     """The trace's kernels (see `trace_kernels`) with the metrics of the matching profiled launch.
 
     | row | name | start_ns | dur_ns | device | launch | id | kernel | duration_ns | sm_throughput_pct | … |
@@ -89,7 +88,8 @@ def join_kernel_metrics(trace: Trace, metrics: pa.Table | pd.DataFrame, phase: s
     return joined
 
 
-def measured_work(trace: Trace, metrics: pa.Table | pd.DataFrame, phase: str | None = MEASURE) -> pd.DataFrame:
+def measured_work(trace: Trace, metrics: pa.Table | pd.DataFrame,
+                  phase: str | None = PHASE_MEASURE) -> pd.DataFrame:
     """The work Nsight Compute measured for each trace kernel joined to a profiled launch
     (`join_kernel_metrics`), indexed by the kernel's events row.
 

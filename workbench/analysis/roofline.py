@@ -57,6 +57,8 @@ from workbench.analysis.kernel_metrics import measured_work
 from workbench.analysis.op_cost import event_costs
 from workbench.hardware.device import DeviceSpec
 from workbench.trace import Trace
+from workbench.trace.records import RunInfo, as_run_info
+from workbench.trace.schema import PHASE_MEASURE
 
 LATENCY_NS = 5_000.0
 """Default mean call duration below which an op or kernel counts as latency-bound (about one kernel
@@ -200,7 +202,7 @@ def _origins(values: Iterable[object]) -> str | None:
 
 
 def roofline(trace: Trace, device: DeviceSpec, *, kinds: Sequence[str] = ("op", "kernel", "hlo"),
-             phase: str | None = "measure", latency_ns: float = LATENCY_NS, default_dtype: str | None = None,
+             phase: str | None = PHASE_MEASURE, latency_ns: float = LATENCY_NS, default_dtype: str | None = None,
              peak_dtypes: Mapping[str, str] | None = None,
              kernel_metrics: pa.Table | pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (kind, name, dtype): where each op / kernel / HLO op sits on `device`'s roofline.
@@ -349,16 +351,19 @@ def _column(table: pd.DataFrame, name: str, default: float | np.ndarray) -> np.n
     return np.broadcast_to(np.asarray(default, dtype=np.float64), (len(table),)).astype(np.float64)
 
 
-def run_device_spec(info: Mapping[str, Any], trace: Trace | None, device: str | None = None) -> DeviceSpec | None:
+def run_device_spec(run: RunInfo | Mapping[str, Any], trace: Trace | None,
+                    device: str | None = None) -> DeviceSpec | None:
     """The device a run's roofline is drawn against: `device` when given (a built-in name or alias,
     "cpu", or an accelerator YAML), else the run's recorded `device_properties`, else the first GPU the
-    trace names that the hardware table knows; None when nothing says."""
+    trace names that the hardware table knows; None when nothing says. `run` is the run's record (or
+    its run.json object)."""
     from workbench.hardware import match_device, resolve_device_spec
 
     if device is not None:
         return resolve_device_spec(device)
-    if info.get("device_properties"):
-        return DeviceSpec.from_dict(info["device_properties"])
+    properties = as_run_info(run).device_properties
+    if properties:
+        return DeviceSpec.from_dict(properties)
     for props in (trace.metadata.get("devices") or []) if trace is not None else []:
         spec = match_device(str(props.get("name") or ""))
         if spec is not None:

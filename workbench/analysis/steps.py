@@ -1,6 +1,6 @@
 """Profiled steps of a trace: where each measured iteration starts and ends.
 
-The workbench labels each measured iteration `step N` (`workbench.profiling.phases.step_label`), torch's
+The workbench labels each measured iteration `step N` (`workbench.trace.schema.step_label`), torch's
 profiler adds `ProfilerStep#N` around the same iterations and XProf captures mark them with
 `StepTraceAnnotation` (a `step_num` in args): one family is picked so each step counts once.
 """
@@ -12,14 +12,18 @@ import re
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from workbench.analysis.breakdown import phase_window
 from workbench.trace import Trace
+from workbench.trace.schema import PHASE_MEASURE, STEP_PREFIX
 
-STEP_NAME = re.compile(r"^(step \d+|ProfilerStep#\d+)$")
+_OWN_STEP_PATTERN = rf"{re.escape(STEP_PREFIX)}\d+"
+
+STEP_NAME = re.compile(rf"^({_OWN_STEP_PATTERN}|ProfilerStep#\d+)$")
 """Names of step annotations: the workbench's own and torch.profiler's."""
 
-_OWN_STEP = re.compile(r"^step \d+$")  # `workbench.profiling.phases.step_label` (not imported: it loads torch)
+_OWN_STEP = re.compile(rf"^{_OWN_STEP_PATTERN}$")  # the workbench's `step_label`
 
 
 def step_windows(trace: Trace) -> pd.DataFrame:
@@ -44,7 +48,7 @@ def step_windows_of(events: pd.DataFrame, trace: Trace) -> pd.DataFrame:
             picked = picked.sort_values("start_ns")
             return pd.DataFrame({"step": np.arange(len(picked)), "start_ns": picked["start_ns"].to_numpy(),
                                  "end_ns": (picked["start_ns"] + picked["dur_ns"]).to_numpy()})
-    window = phase_window(trace, "measure")
+    window = phase_window(trace, PHASE_MEASURE)
     if window is None:
         window = (int(events["start_ns"].min()), int((events["start_ns"] + events["dur_ns"]).max())) \
             if not events.empty else (0, 0)
@@ -59,6 +63,16 @@ def steps_in(trace: Trace) -> int:
 def first_step_ns(trace: Trace) -> int:
     """Start of the first profiled step (else of the `measure` phase, else of the trace)."""
     return int(step_windows(trace)["start_ns"].iloc[0])
+
+
+def aligned_on_first_step(trace: Trace) -> Trace:
+    """The trace with its times shifted so that its first profiled step starts at 0 ns."""
+    offset = first_step_ns(trace)
+    events = trace.events.set_column(0, "start_ns", pc.subtract(trace.events["start_ns"], offset))
+    memory = trace.memory.set_column(0, "ts_ns", pc.subtract(trace.memory["ts_ns"], offset))
+    counters = trace.counters.set_column(0, "ts_ns", pc.subtract(trace.counters["ts_ns"], offset))
+    return Trace(events=events, memory=memory, counters=counters,
+                 metadata={**trace.metadata, "aligned_offset_ns": offset})
 
 
 def _has_step_num(args: object) -> bool:

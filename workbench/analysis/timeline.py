@@ -23,12 +23,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from workbench.trace import Trace
+from workbench.trace.schema import LIFECYCLE_PHASES
 
 STEP_NAME = re.compile(r"(ProfilerStep#\d+|step[ #_]?\d+)", re.IGNORECASE)
 """Annotation names that mark one iteration (torch.profiler's and the workbench's own)."""
 
-PHASE_NAMES = frozenset({"load", "compile", "warmup", "measure"})
-"""Annotation names of the workbench's lifecycle phases (see `workbench.profiling.phases`)."""
+PHASE_NAMES = frozenset(LIFECYCLE_PHASES)
+"""Annotation names of the workbench's lifecycle phases (`workbench.trace.schema.LIFECYCLE_PHASES`)."""
 
 SPAN_COLUMNS = ("row", "lane", "depth", "start_ns", "end_ns", "dur_ns", "name", "kind", "shapes", "flops",
                 "launcher", "launched")
@@ -292,18 +293,23 @@ def _dominant(cell: np.ndarray, code: np.ndarray, total: np.ndarray, cells: np.n
 
 
 def union_intervals(lane: np.ndarray, start: np.ndarray, end: np.ndarray, span: int) -> tuple[np.ndarray, ...]:
-    """The union of intervals per lane, as (lane, start, end) of disjoint intervals."""
+    """The union of intervals per lane (|times| <= span), as (lane, start, end) of disjoint intervals."""
     if len(start) == 0:
         return lane, start, end
-    shift = lane.astype(np.int64) * (2 * span + 2)  # lanes apart on one axis, so one running max serves all
+    # Lanes are set apart on one axis, so that one running max serves all: lane · (2·span + 2) + time. Where
+    # that would pass int64 (times near 2**62 ns in a broken trace), the times are replaced by their ranks
+    # among all of them, which order alike.
+    start_key, end_key, step = start, end, 2 * span + 2
+    if (int(lane.max()) + 1) * step >= 2**63:
+        times, ranks = np.unique(np.concatenate([start, end]), return_inverse=True)
+        start_key, end_key, step = ranks[:len(start)], ranks[len(start):], len(times)
+    shift = lane.astype(np.int64) * step
     order = np.lexsort((start, lane))
-    s, e = start[order] + shift[order], end[order] + shift[order]
-    reach = np.maximum.accumulate(e)
-    head = np.ones(len(s), dtype=bool)
-    head[1:] = s[1:] > reach[:-1]
+    reach = np.maximum.accumulate(end_key[order] + shift[order])
+    head = np.ones(len(order), dtype=bool)
+    head[1:] = start_key[order][1:] + shift[order][1:] > reach[:-1]
     first = np.flatnonzero(head)
-    merged_end = np.maximum.reduceat(e, first)
-    return lane[order][first], s[first] - shift[order][first], merged_end - shift[order][first]
+    return lane[order][first], start[order][first], np.maximum.reduceat(end[order], first)
 
 
 def _spread(lane: np.ndarray, start: np.ndarray, end: np.ndarray, width: float,

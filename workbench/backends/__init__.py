@@ -3,7 +3,7 @@
 A `Variant` names a path (backend × precision × compile × device × batch); each backend is one module
 behind `workbench.backends.registry` that declares its variants and prepares them; `prepare` turns a
 variant plus a `LoadedModel` into a `Prepared` through its backend; `run_benchmark` times several interleaved;
-`compare` measures how far a variant's output is from the fp32 eager reference. Nothing here
+`compare_outputs` measures how far a variant's output is from the fp32 eager reference. Nothing here
 probes hardware at import.
 """
 
@@ -17,7 +17,7 @@ from workbench.backends.benchmark import (
     run_benchmark,
 )
 from workbench.backends.devices import available_devices, resolve_device
-from workbench.backends.numerics import Numerics, compare
+from workbench.backends.numerics import Numerics, compare_outputs
 from workbench.backends.prepared import Prepared
 from workbench.backends.quantize import quantize_int8_dynamic, quantize_int8_weight_only, torchao_available
 from workbench.backends.registry import BackendSpec, backends, get_backend, get_variant, list_variants, prepare
@@ -37,7 +37,7 @@ __all__ = [
     "Workload",
     "available_devices",
     "backends",
-    "compare",
+    "compare_outputs",
     "get_backend",
     "get_variant",
     "list_variants",

@@ -57,7 +57,7 @@ def _cosine(ref: torch.Tensor, cand: torch.Tensor) -> float:
     return max(-1.0, min(1.0, float(ref.dot(cand)) / norms))
 
 
-def compare(reference: torch.Tensor, candidate: torch.Tensor) -> Numerics:
+def compare_outputs(reference: torch.Tensor, candidate: torch.Tensor) -> Numerics:
     """Compare two outputs of the same shape (any dtype, any device)."""
     if reference.shape != candidate.shape:
         raise WorkbenchError(

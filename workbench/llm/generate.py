@@ -77,7 +77,7 @@ def check_request(model: TinyGPT, prompt: torch.Tensor, new_tokens: int) -> tupl
 def generate(model: TinyGPT, prompt: torch.Tensor, new_tokens: int, *, kv_dtype: str = "fp32",
              force: torch.Tensor | None = None, keep_logits: bool = False) -> Generation:
     """Generate `new_tokens` tokens after `prompt` [batch, T] greedily, with a KV cache in `kv_dtype`
-    (see `workbench.llm.kv_cache.KV_DTYPES`); with `force` [batch, new_tokens], feed those tokens instead
+    (see `workbench.llm.kv_cache.CACHE_FORMATS`); with `force` [batch, new_tokens], feed those tokens instead
     of the choices (the last one is never fed). The prompt must be on the model's device."""
     batch, length = check_request(model, prompt, new_tokens)
     device = model_device(model)

@@ -2,7 +2,7 @@
 
 A `KVCache` preallocates, per layer, what the model's attention caches (`tiny_gpt.cache_layout`):
 K and V of the kv heads (MHA / GQA / MQA), or MLA's latent, which serves as both. Storage formats
-(`KV_DTYPES`):
+(`CACHE_FORMATS`):
 
 - `fp32`, `bf16`, `fp16`: the values in that dtype, cast to the queries' dtype when attention reads them.
 - `int8`: symmetric int8 with one fp32 scale per token and head (absmax / 127 of that vector, set as
@@ -33,8 +33,8 @@ from workbench.errors import WorkbenchError
 from workbench.models.tiny_gpt import SPEC as TINY_GPT_SPEC
 from workbench.models.tiny_gpt import CacheLayout, TinyGPT, cache_layout
 
-KV_DTYPES = ("fp32", "bf16", "fp16", "int8", "int8-per-head")
-"""Storage formats of a KV cache (see the module docstring)."""
+CACHE_FORMATS = ("fp32", "bf16", "fp16", "int8", "int8-per-head")
+"""Storage formats a `KVCache` holds its keys and values in (see the module docstring)."""
 
 SCALE_BYTES = 4
 """Bytes of one int8 scale (fp32)."""
@@ -71,7 +71,7 @@ def kv_format(kv_dtype: str) -> KVFormat:
     try:
         return _FORMATS[kv_dtype]
     except (KeyError, TypeError):
-        raise WorkbenchError(f"unknown KV-cache dtype {kv_dtype!r}; valid: {', '.join(KV_DTYPES)}") from None
+        raise WorkbenchError(f"unknown KV-cache dtype {kv_dtype!r}; valid: {', '.join(CACHE_FORMATS)}") from None
 
 
 def _full_config(config: Mapping[str, Any]) -> dict[str, Any]:

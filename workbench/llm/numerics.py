@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from workbench.backends.numerics import compare
+from workbench.backends.numerics import compare_outputs
 from workbench.errors import WorkbenchError
 from workbench.llm.generate import Generation, generate
 from workbench.models.tiny_gpt import TinyGPT
@@ -52,7 +52,7 @@ def vs_recompute(model: TinyGPT, prompt: torch.Tensor, run: Generation) -> dict[
     if run.logits is None:
         raise WorkbenchError("vs_recompute needs a generation run with keep_logits=True")
     expected = recompute_logits(model, prompt, run.tokens)
-    return {**compare(expected, run.logits).to_dict(),
+    return {**compare_outputs(expected, run.logits).to_dict(),
             "tokens": token_agreement(expected.argmax(dim=-1), run.tokens)}
 
 
@@ -65,5 +65,5 @@ def cache_numerics(model: TinyGPT, prompt: torch.Tensor, reference: Generation, 
     forced = generate(model, prompt, reference.tokens.shape[1], kv_dtype=kv_dtype, force=reference.tokens,
                       keep_logits=True)
     assert forced.logits is not None
-    return {"reference": "fp32 KV cache", "logits": compare(reference.logits, forced.logits).to_dict(),
+    return {"reference": "fp32 KV cache", "logits": compare_outputs(reference.logits, forced.logits).to_dict(),
             "tokens": token_agreement(reference.tokens, candidate.tokens)}

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from workbench.analysis.breakdown import phase_window
-from workbench.analysis.summary import display_name
 from workbench.trace import Trace
 from workbench.trace.bundle import Bundle
+from workbench.trace.records import RunInfo, display_name, number
+from workbench.trace.schema import PHASE_MEASURE
 
 STEP_LABEL = re.compile(r"^(prefill|decode (\d+)|draft|verify)$")
 """Labels of a generation's steps (`workbench.llm.generate`, `workbench.llm.speculative`)."""
@@ -27,7 +27,7 @@ VARIANT_COLUMNS = ("variant", "run", "status", "attention", "kv", "decoding", "b
                    "sqnr_db", "token_match")
 
 
-def decode_steps(trace: Trace) -> pd.DataFrame:
+def trace_decode_steps(trace: Trace) -> pd.DataFrame:
     """The labelled steps of the captured generation, in time order, times from the prefill's start:
 
     | label | kind | step | start_ns | dur_ns |
@@ -38,7 +38,7 @@ def decode_steps(trace: Trace) -> pd.DataFrame:
     """
     events = trace.df()
     notes = events[(events["kind"] == "annotation") & events["name"].astype(str).str.match(STEP_LABEL)]
-    window = phase_window(trace, "measure")
+    window = phase_window(trace, PHASE_MEASURE)
     if window is not None:
         notes = notes[(notes["start_ns"] >= window[0]) & (notes["start_ns"] < window[1])]
     if notes.empty:
@@ -55,7 +55,7 @@ def decode_steps(trace: Trace) -> pd.DataFrame:
                          "start_ns": notes["start_ns"].to_numpy() - origin, "dur_ns": notes["dur_ns"].to_numpy()})
 
 
-def timed_steps(info: dict[str, Any]) -> pd.DataFrame:
+def timed_steps(record: RunInfo) -> pd.DataFrame:
     """Every timed generation's steps from run.json, long form:
 
     | repeat | step | kind | dur_ms | tokens | start_ms |
@@ -63,7 +63,7 @@ def timed_steps(info: dict[str, Any]) -> pd.DataFrame:
     `step` -1 is the prefill; `start_ms` is from the start of that repeat.
     """
     frames = []
-    for repeat, timed in enumerate((info.get("generation") or {}).get("timed") or []):
+    for repeat, timed in enumerate((record.generation or {}).get("timed") or []):
         durations = np.asarray(timed.get("step_ms") or [], dtype=np.float64)
         if not durations.size:
             continue
@@ -81,12 +81,12 @@ def timed_steps(info: dict[str, Any]) -> pd.DataFrame:
 
 
 def timeline_steps(bundle: Bundle) -> tuple[pd.DataFrame, str]:
-    """The steps to draw on a run's decode timeline (`decode_steps` columns) and where they come from:
+    """The steps to draw on a run's decode timeline (`trace_decode_steps` columns) and where they come from:
     the profiled generation's labelled spans, else the run's first timed generation."""
-    steps = decode_steps(bundle.trace()) if bundle.has_trace else pd.DataFrame()
+    steps = trace_decode_steps(bundle.trace()) if bundle.has_trace else pd.DataFrame()
     if not steps.empty:
         return steps, "profiled generation"
-    timed = timed_steps(bundle.info)
+    timed = timed_steps(bundle.record)
     timed = timed[timed["repeat"] == 0]
     steps = pd.DataFrame({"label": ["prefill" if s < 0 else f"decode {s}" for s in timed["step"]],
                           "kind": timed["kind"].to_numpy(), "step": timed["step"].to_numpy(),
@@ -102,23 +102,22 @@ def variant_table(bundles: Sequence[Bundle]) -> pd.DataFrame:
     (None for fp32 runs); for speculative runs `token_match` is against the target's greedy output."""
     rows = []
     for bundle in bundles:
-        info = bundle.info
-        llm = info.get("llm")
-        if not isinstance(llm, dict):
+        record = bundle.record
+        llm = record.llm
+        if llm is None:
             continue
         numerics = llm.get("numerics") or {}
         vs_fp32 = numerics.get("vs_fp32_cache") or {}
         tokens = (vs_fp32.get("tokens") or numerics.get("matches_greedy") or {})
         speculative = llm.get("speculative") or {}
-        variant = info.get("variant") if isinstance(info.get("variant"), dict) else {}
         rows.append({
-            "variant": display_name(info.get("variant")) or bundle.run_id,
+            "variant": display_name(record),
             "run": bundle.run_id,
-            "status": info.get("status"),
+            "status": record.status,
             "attention": llm.get("attention"),
             "kv": llm.get("kv"),
             "decoding": llm.get("decoding"),
-            "batch": llm.get("batch", variant.get("batch")),
+            "batch": llm.get("batch", (record.variant or {}).get("batch")),
             "prompt": llm.get("prompt"),
             "new": llm.get("new"),
             "ttft_ms": llm.get("ttft_ms"),
@@ -131,17 +130,8 @@ def variant_table(bundles: Sequence[Bundle]) -> pd.DataFrame:
             "peak_memory_bytes": llm.get("peak_memory_bytes"),
             "acceptance_rate": speculative.get("acceptance_rate"),
             "speedup_vs_greedy": speculative.get("speedup_vs_greedy"),
-            "sqnr_db": _number((vs_fp32.get("logits") or {}).get("sqnr_db")),
+            "sqnr_db": number((vs_fp32.get("logits") or {}).get("sqnr_db")),
             "token_match": tokens.get("token_match"),
         })
     return pd.DataFrame(rows, columns=list(VARIANT_COLUMNS))
 
-
-def _number(value: object) -> float | None:
-    """A JSON number, or the strings run.json writes for infinities, as a float (None when absent)."""
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None

@@ -10,6 +10,7 @@ numerics, notes, trace metadata) stay JSON objects: the record only guarantees t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -159,6 +160,16 @@ class RunInfo(_Record):
         return _text((self.variant or {}).get("name"))
 
     @property
+    def variant_backend(self) -> str | None:
+        """The backend the variant ran on ("torch", "jax", "tensorrt"; None for an import)."""
+        return _text((self.variant or {}).get("backend"))
+
+    @property
+    def variant_precision(self) -> str | None:
+        """The variant's precision ("fp32", "bf16", ...; None for an import)."""
+        return _text((self.variant or {}).get("precision"))
+
+    @property
     def p50_ms(self) -> float | None:
         """Median latency of the benchmark, when there was one."""
         return number((self.benchmark or {}).get("p50"))
@@ -203,6 +214,12 @@ class ExperimentRecord(_Record):
         if missing:
             raise BundleError(f"{label}: malformed record: no {', '.join(missing)}")
         return cls._from(data, label, experiment_id=experiment_id)
+
+
+def as_run_info(run: RunInfo | Mapping[str, Any]) -> RunInfo:
+    """`run` as a typed record: a `RunInfo` as is, run.json's object (`Bundle.info`) read into one; for the
+    readers that callers still hand run.json."""
+    return run if isinstance(run, RunInfo) else RunInfo.from_json(dict(run), str(run.get("run_id") or ""))
 
 
 def display_name(info: RunInfo) -> str:

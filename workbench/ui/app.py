@@ -167,10 +167,10 @@ class Workbench(widgets.VBox):
     def show_runs(self, runs: Sequence[str | Path | Bundle]) -> None:
         """Show runs (bundles, run ids, bundle paths or experiment ids under the app's root): their
         comparison when there are several, and the dashboard of the one the picker names."""
-        from workbench.analysis.summary import display_name
         from workbench.trace.bundle import Bundle
+        from workbench.trace.records import display_name
         from workbench.trace.resolve import resolve_runs
-        from workbench.views.compare import compare
+        from workbench.views.experiments import experiments_view
 
         bundles: list[Bundle] = []
         for ref in runs:
@@ -180,9 +180,8 @@ class Workbench(widgets.VBox):
         self.bundles = bundles
         parts: list[widgets.Widget] = []
         if len(bundles) > 1:
-            parts += [widgets.HTML(f"<b>{len(bundles)} runs compared</b>"), BokehModel(compare(bundles))]
-        labels = [f"{display_name(b.info.get('variant')) or b.run_id} ({b.info.get('status') or 'imported'})"
-                  for b in bundles]
+            parts += [widgets.HTML(f"<b>{len(bundles)} runs compared</b>"), BokehModel(experiments_view(bundles))]
+        labels = [f"{display_name(b.record)} ({b.record.status})" for b in bundles]
         first = next((i for i, b in enumerate(bundles) if b.has_trace), 0)
         picker = widgets.Dropdown(options=[(label, i) for i, label in enumerate(labels)], value=first,
                                   description="dashboard")

@@ -17,9 +17,9 @@ from bokeh.models import DataTable, Div, LayoutDOM, Range1d, TabPanel, Tabs
 from workbench.analysis.bottlenecks import analyze_run
 from workbench.analysis.breakdown import phase_window
 from workbench.analysis.roofline import run_device_spec
-from workbench.analysis.summary import display_name
 from workbench.analysis.timeline import count_spans
 from workbench.trace.bundle import Bundle
+from workbench.trace.schema import PHASE_MEASURE
 from workbench.views.findings import findings_panel
 from workbench.views.memory import memory_map
 from workbench.views.roofline import ROOFLINE_SOURCE, link_roofline, roofline_view
@@ -31,20 +31,19 @@ def dashboard(bundle: Bundle, *, width: int = 1200, max_spans: int = 20_000, dev
     """The linked views of one run (a note in place of the views when the run has no trace); the roofline
     is drawn against `device` (a built-in name, "cpu" or an accelerator YAML) when given, else against
     the device the run recorded or its trace names."""
-    info = bundle.info
-    title = " · ".join(str(part) for part in (
-        bundle.run_id, display_name(info.get("model")), display_name(info.get("variant")), info.get("device"),
-    ) if part)
+    record = bundle.record
+    title = " · ".join(str(part) for part in (bundle.run_id, record.model_name, record.variant_name, record.device)
+                       if part)
     heading = Div(text=title, render_as_text=True, styles={"font-weight": "bold", "font-size": "14px"})
     if not bundle.has_trace:
-        reason = info.get("error") or "it was captured without a profiler (--no-profile)"
+        reason = record.error or "it was captured without a profiler (--no-profile)"
         return column(heading, Div(text=f"No trace in this run: {reason}", render_as_text=True, width=width))
     trace = bundle.trace()
     events = trace.events
     first = int(events["start_ns"].to_numpy().min()) if events.num_rows else 0
     last = int((events["start_ns"].to_numpy() + events["dur_ns"].to_numpy()).max()) if events.num_rows else 1
     pad = max((last - first) * 0.01, 1)
-    window = phase_window(trace, "measure")
+    window = phase_window(trace, PHASE_MEASURE)
     # A capture opens on its steady state (the measured steps); reset and zooming out reach the rest.
     start, end = (window[0], window[1]) if window else (first, last)
     margin = max((end - start) * 0.02, 1)
@@ -65,7 +64,7 @@ def dashboard(bundle: Bundle, *, width: int = 1200, max_spans: int = 20_000, dev
     points = roof.select_one({"name": ROOFLINE_SOURCE})
     if points is not None:
         link_roofline(points, spans, *table_sources)
-    scope = "the measure phase" if analysis["window"] else "the whole trace"
+    scope = f"the {PHASE_MEASURE} phase" if analysis["window"] else "the whole trace"
     tabs = Tabs(tabs=[TabPanel(child=ops, title="ops"), TabPanel(child=kernels, title="kernels"),
                       TabPanel(child=memory_map(trace, x_range=x_range, width=width), title="memory"),
                       TabPanel(child=roof, title="roofline"),
@@ -76,7 +75,7 @@ def dashboard(bundle: Bundle, *, width: int = 1200, max_spans: int = 20_000, dev
 
 def _roofline_panel(bundle: Bundle, analysis: dict[str, Any], device: str | None, width: int) -> LayoutDOM:
     """The roofline of `analyze_run`'s table, or a note saying how to name a device when none is known."""
-    spec = run_device_spec(bundle.info, bundle.trace(), device)
+    spec = run_device_spec(bundle.record, bundle.trace(), device)
     if spec is None:
         return Div(render_as_text=True, width=width, text=(
             "No roofline: this run records no device figures and its trace names no GPU the hardware table "

@@ -3,7 +3,7 @@
 Built on `workbench.analysis.diff.trace_diff`: a sortable table with one row per (name, kind) and its
 status coloured (new: only in B, vanished: only in A, what fusion removed; changed; unchanged), a bar chart
 of the largest time deltas, and the two timelines one above the other, aligned on their first profiled
-step and sharing one time axis (`views.compare.stacked_timelines`). Selecting table rows or bars selects
+step and sharing one time axis (`views.experiments.stacked_timelines`). Selecting table rows or bars selects
 those names' spans in both timelines. Names render as text (table cells, axis labels and hover fields).
 """
 
@@ -30,8 +30,9 @@ from workbench.analysis.breakdown import phase_window
 from workbench.analysis.diff import diff_summary, trace_diff
 from workbench.errors import WorkbenchError
 from workbench.trace import Trace
+from workbench.trace.schema import PHASE_MEASURE
 from workbench.views._table import data_table
-from workbench.views.compare import stacked_timelines
+from workbench.views.experiments import stacked_timelines
 from workbench.views.tables import link_table_to_timeline
 from workbench.views.timeline import SPANS_SOURCE
 
@@ -56,7 +57,7 @@ DIFF_TABLE_COLUMNS = [("status", "status", None), ("name", "name", None), ("kind
                       ("time_b_ms", "B ms", "0,0.000"), ("delta_ms", "Δ ms", "+0,0.000"), ("ratio", "B / A", "0.00")]
 
 
-def diff_view(a: Trace, b: Trace, labels: tuple[str, str] = ("A", "B"), *, phase: str | None = "measure",
+def diff_view(a: Trace, b: Trace, labels: tuple[str, str] = ("A", "B"), *, phase: str | None = PHASE_MEASURE,
               per_step: bool = False, top: int = 20, width: int = 1100, max_spans: int = 20_000) -> LayoutDOM:
     """The diff of `a` (the control) and `b` (the test): heading, status-coloured table, top `top` time
     deltas, and both timelines aligned on their first step.

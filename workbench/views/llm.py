@@ -11,9 +11,9 @@ from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Paragraph, Ra
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
-from workbench.analysis.summary import display_name
 from workbench.llm.tables import timed_steps, timeline_steps, variant_table
 from workbench.trace.bundle import Bundle
+from workbench.trace.records import display_name
 from workbench.views._table import data_table
 
 STEP_COLORS = {"prefill": "#dd8452", "decode": "#4c72b0", "draft": "#8172b2", "verify": "#55a868"}
@@ -36,9 +36,8 @@ def generation_view(bundles: Sequence[Bundle], *, width: int = 1100):
              ttft_tpot_figures(table, width=width),
              data_table(table, TABLE_COLUMNS, width=width, height=30 + 28 * max(len(table), 1))]
     for bundle in bundles:
-        if isinstance(bundle.info.get("llm"), dict):
-            name = display_name(bundle.info.get("variant")) or bundle.run_id
-            parts.append(Paragraph(text=str(name), width=width, styles={"font-weight": "bold"}))
+        if bundle.record.llm is not None:
+            parts.append(Paragraph(text=display_name(bundle.record), width=width, styles={"font-weight": "bold"}))
             parts.append(row(decode_timeline_figure(bundle, width=width // 2),
                              step_latency_figure(bundle, width=width // 2)))
     return column(*parts)
@@ -99,7 +98,7 @@ def decode_timeline_figure(bundle: Bundle, *, width: int = 550):
 def step_latency_figure(bundle: Bundle, *, width: int = 550):
     """Each decode step's time per output token against its index, every timed generation as faint points
     and their median as a line; the prefill (TTFT) is left out, its scale differs."""
-    timed = timed_steps(bundle.info)
+    timed = timed_steps(bundle.record)
     decode = timed[timed["kind"] == "decode"] if not timed.empty else timed
     fig = figure(width=width, height=260, title="time per output token by decode step (ms)",
                  x_axis_label="decode step", y_axis_label="ms / token", tools="pan,wheel_zoom,box_zoom,reset,save")

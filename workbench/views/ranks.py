@@ -1,7 +1,7 @@
 """The ranks of one distributed job: the per-rank table, step time per rank, and every rank's timeline
 on the job's shared time axis (zooming one zooms all).
 
-`compare.stacked_timelines` does not fit here: it re-aligns each trace on its own first step, which
+`experiments.stacked_timelines` does not fit here: it re-aligns each trace on its own first step, which
 would undo the clock alignment that makes simultaneous events of different ranks line up.
 """
 

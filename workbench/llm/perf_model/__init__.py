@@ -88,13 +88,13 @@ from workbench.llm.perf_model.sizes import (
     weight_bytes,
 )
 from workbench.llm.perf_model.speculative import expected_tokens, speculative_projection, speculative_speedup
-from workbench.llm.perf_model.timing import crossover_batch, decode_steps, pass_time
+from workbench.llm.perf_model.timing import crossover_batch, pass_time, predicted_decode_steps
 
 __all__ = [
     "CONFIG_KEYS", "KV_PRECISIONS", "MEMORY_FRACTION", "PRESETS", "Cost", "LLMConfig", "activation_peak_bytes",
-    "attended_pairs", "attention_variants", "crossover_batch", "decode_steps", "default_contexts", "device_summary",
+    "attended_pairs", "attention_variants", "crossover_batch", "default_contexts", "device_summary",
     "element_bytes", "expected_experts", "expected_tokens", "forward_cost", "kv_bytes", "kv_bytes_per_token",
     "kv_cache_table", "llm_projection", "make_config", "max_context", "memory_bytes", "parameter_counts",
-    "parse_config", "parse_sweep", "pass_time", "prediction_errors", "project", "speculative_projection",
-    "speculative_speedup", "weight_bytes",
+    "parse_config", "parse_sweep", "pass_time", "predicted_decode_steps", "prediction_errors", "project",
+    "speculative_projection", "speculative_speedup", "weight_bytes",
 ]

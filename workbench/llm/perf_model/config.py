@@ -21,7 +21,8 @@ MLA_DECODE = ("absorbed", "naive")
 LOGITS = ("all", "last")
 COMPUTE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 WEIGHT_DTYPES = (*COMPUTE_DTYPES, "int4", "fp4")
-KV_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
+KNOWN_KV_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
+"""KV-cache dtypes the performance model knows the element size of (a config's `kv_dtype`)."""
 SCALED_KV = frozenset({"int8", "int4"})
 """KV dtypes stored with scales (`kv_scale`); fp8 caches use a per-tensor scale."""
 KV_PRECISIONS = ("bf16", "fp8", "int8", "int4")
@@ -116,7 +117,7 @@ CONFIG_KEYS: dict[str, str] = {
 `ffn_hidden` = mlp_ratio · d_model (default 4)."""
 _CHOICES: dict[str, Sequence[str]] = {
     "attention": ATTENTION, "mlp": MLP_KINDS, "pos_emb": POS_EMBEDDINGS, "norm": NORMS, "dtype": COMPUTE_DTYPES,
-    "weight_dtype": WEIGHT_DTYPES, "kv_dtype": KV_DTYPES, "kv_scale": KV_SCALES, "kv_scale_dtype": SCALE_DTYPES,
+    "weight_dtype": WEIGHT_DTYPES, "kv_dtype": KNOWN_KV_DTYPES, "kv_scale": KV_SCALES, "kv_scale_dtype": SCALE_DTYPES,
     "mla_decode": MLA_DECODE, "preset": tuple(PRESETS),
 }
 _REQUIRED = ("layers", "d_model", "heads", "vocab")

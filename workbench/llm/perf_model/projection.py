@@ -24,7 +24,7 @@ from workbench.llm.perf_model.sizes import (
     weight_bytes,
 )
 from workbench.llm.perf_model.speculative import speculative_projection
-from workbench.llm.perf_model.timing import crossover_batch, decode_steps, pass_time
+from workbench.llm.perf_model.timing import crossover_batch, pass_time, predicted_decode_steps
 
 
 def device_summary(device: DeviceSpec, dtype: str) -> dict[str, Any]:
@@ -45,7 +45,7 @@ def project(c: LLMConfig, device: DeviceSpec, *, batch: int, prompt: int, new: i
         raise WorkbenchError(f"batch, prompt and new must be >= 1, got {batch}, {prompt}, {new}")
     prefill = forward_cost(c, batch, prompt, logits=prefill_logits)
     prefill_t = pass_time(prefill, device, c.dtype, overhead_s)
-    decode = decode_steps(c, device, batch, prompt, new, overhead_s=overhead_s)
+    decode = predicted_decode_steps(c, device, batch, prompt, new, overhead_s=overhead_s)
     decode.pop("step_s")
     context = prompt + new
     e2e_s = prefill_t["time_s"] + decode.get("time_s", 0.0)

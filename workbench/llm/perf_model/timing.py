@@ -23,8 +23,8 @@ def pass_time(cost: Cost, device: DeviceSpec, dtype: str, overhead_s: float = 0.
             "bound": bound, "peak_dtype": peak_dtype}
 
 
-def decode_steps(c: LLMConfig, device: DeviceSpec, batch: int, prompt: int, new: int, *,
-                 overhead_s: float = 0.0) -> dict[str, Any]:
+def predicted_decode_steps(c: LLMConfig, device: DeviceSpec, batch: int, prompt: int, new: int, *,
+                           overhead_s: float = 0.0) -> dict[str, Any]:
     """The `new − 1` decode steps after a prefill of `prompt` tokens (past = prompt … prompt+new−2):
     totals, per-step means, and the time of each step (an array in `"step_s"`)."""
     steps = new - 1

@@ -19,16 +19,13 @@ from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from workbench.analysis.breakdown import phase_window
-from workbench.analysis.compare import (
-    aligned_on_first_step,
-    latency_samples,
-    op_comparison,
-    variant_table,
-)
+from workbench.analysis.experiment_tables import latency_samples, op_comparison, variant_table
 from workbench.analysis.fusion import fusion_inputs, fusion_table
+from workbench.analysis.steps import aligned_on_first_step
 from workbench.analysis.timeline import count_spans
 from workbench.trace import Trace
 from workbench.trace.bundle import Bundle
+from workbench.trace.schema import PHASE_MEASURE
 from workbench.views._table import data_table, frame_source
 from workbench.views.timeline import timeline
 
@@ -41,7 +38,7 @@ SUMMARY_COLUMNS = [
 ]
 
 
-def compare(bundles: Sequence[Bundle], reference: str = "eager", *, width: int = 1100, top_ops: int = 40):
+def experiments_view(bundles: Sequence[Bundle], reference: str = "eager", *, width: int = 1100, top_ops: int = 40):
     """The comparison layout of several runs (usually the runs of one experiment)."""
     table = variant_table(bundles, reference)
     variants = table["variant"].tolist() if not table.empty else []
@@ -73,7 +70,7 @@ def stacked_timelines(traces: dict[str, Trace], *, width: int = 1100, max_spans:
     """The variants' timelines one above the other, each shifted so that its first profiled step starts at
     0, on one shared time axis (zooming one zooms all); they open on the steady state."""
     aligned = {variant: aligned_on_first_step(trace) for variant, trace in traces.items()}
-    windows = {variant: phase_window(trace, "measure") for variant, trace in aligned.items()}
+    windows = {variant: phase_window(trace, PHASE_MEASURE) for variant, trace in aligned.items()}
     ends = [w[1] for w in windows.values() if w] or [int(t.events["start_ns"].to_numpy().max(initial=1))
                                                        for t in aligned.values()]
     starts = [int(t.events["start_ns"].to_numpy().min(initial=0)) for t in aligned.values()]
