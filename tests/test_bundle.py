@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -16,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from workbench.errors import BundleError
+from workbench.errors import BundleError, DiskFullError
 from workbench.paths import traces_root
 from workbench.trace import bundle as bundle_module
 from workbench.trace import schema
@@ -193,6 +194,33 @@ def test_failed_write_leaves_nothing(root: Path, monkeypatch: pytest.MonkeyPatch
     assert list(root.iterdir()) == []
 
 
+def test_a_full_disk_is_named_and_leaves_nothing(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pq, "write_table", full)
+    with pytest.raises(DiskFullError, match=re.escape(f"no space left on device writing {root / 'run-1'}")):
+        write_bundle(root, "run-1", info(), make_trace())
+    assert list(root.iterdir()) == []
+
+
+def test_temporary_folders_name_their_owner(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[str, str]] = []
+    rename = os.rename
+
+    def record(src: Path, dst: Path) -> None:
+        seen.append((Path(src).name, Path(dst).name))
+        rename(src, dst)
+
+    monkeypatch.setattr(bundle_module.os, "rename", record)
+    write_bundle(root, "run-1", info(), None)
+    delete_bundle("run-1", root)
+    (tmp, _), (_, deleting) = seen  # written as tmp, then renamed to `.deleting-...` to be removed
+    assert re.fullmatch(rf"\.tmp-run-1-[0-9a-f]+\.[0-9a-f]+\.{os.getpid()}\.\d+-[0-9a-f]{{8}}", tmp)
+    assert re.fullmatch(rf"\.deleting-run-1-[0-9a-f]+\.[0-9a-f]+\.{os.getpid()}\.\d+-[0-9a-f]{{8}}", deleting)
+    assert list(root.iterdir()) == []
+
+
 def test_failed_rename_puts_moved_raw_back(root: Path, tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     src = tmp_path / "trace.json"
@@ -239,6 +267,8 @@ def test_open_by_id_path_and_run_json(root: Path, monkeypatch: pytest.MonkeyPatc
         assert loaded.info["run_id"] == "run-1"
     with pytest.raises(BundleError, match="not a run id"):
         open_bundle(path, root, allow_paths=False)
+    with pytest.raises(BundleError, match="File name too long"):
+        open_bundle("r" * 300, root)
 
 
 def test_open_errors_name_the_ref_and_how_to_find_ids(root: Path, tmp_path: Path) -> None:

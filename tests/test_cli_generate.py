@@ -12,7 +12,8 @@ from workbench.analysis.summary import run_summary
 from workbench.cli import EXIT_BAD_INPUT, main
 from workbench.llm.kv_cache import kv_cache_bytes
 from workbench.llm.run import GenerateSettings, generation_points, run_generation
-from workbench.llm.tables import decode_steps, variant_table
+from workbench.llm.tables import trace_decode_steps as decode_steps
+from workbench.llm.tables import variant_table
 from workbench.trace.bundle import Bundle, open_bundle
 from workbench.trace.experiment import read_experiment
 
@@ -101,6 +102,27 @@ def test_report_has_the_generation_figures(generated):
     assert out["report"] == str(report)
     html = report.read_text(encoding="utf-8")
     assert "time to first token" in html and "decode timeline" in html
+
+
+def test_report_of_a_generation_experiment_places_the_generation_view(generated, tmp_path):
+    root, out, _ = generated
+    for ref in (out["experiment"], out["runs"][0]["run_id"]):
+        target = tmp_path / f"{ref}.html"
+        result = CliRunner().invoke(main, ["report", ref, "--out", str(root), "-o", str(target)])
+        assert result.exit_code == 0, result.output
+        html = target.read_text(encoding="utf-8")
+        assert "time to first token" in html and "decode timeline" in html
+
+
+def test_generate_prints_its_table(tmp_path):
+    result = CliRunner().invoke(main, ["generate", *SMALL, "--prompt", "4", "--new", "2", "--repeats", "1",
+                                       "--warmup", "0", "--no-profile", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    (experiment,) = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("generation ")]
+    row = next(line for line in result.stdout.splitlines() if line.lstrip("│ ").startswith("mha-fp32"))
+    run = open_bundle(read_experiment(tmp_path, experiment).run_ids[0], tmp_path)
+    assert "ok" in row and run.run_id in row
+    assert f"{run.info['llm']['ttft_ms']:.3g}" in row
 
 
 def test_generate_rejects_bad_input_before_writing(tmp_path):

@@ -9,8 +9,9 @@ from collections import Counter
 import pytest
 import torch
 
+import workbench.experiment as experiment_module
 import workbench.profiling.framework as framework_profiler
-from workbench.errors import UnknownModelError, WorkbenchError
+from workbench.errors import BundleError, UnknownModelError, WorkbenchError
 from workbench.experiment import DEFAULT_VARIANTS, ExperimentSettings, run_experiment
 from workbench.profiling import ProfileSettings, progress_units
 from workbench.trace.bundle import list_bundles, open_bundle
@@ -153,6 +154,28 @@ def test_the_experiment_record_groups_the_runs_and_no_temp_folder_is_left(tiny):
     assert {"load", "prepare", "benchmark", "profile eager", "profile bf16", "write"} <= set(record.info["phases_ms"])
     assert _hidden(root) == []
     assert len(list_bundles(root)) == 2
+    assert result.path == root / "experiments" / f"{result.experiment_id}.json" and result.path.is_file()
+    assert all(run.path == root / run.run_id and run.path.is_dir() for run in result.runs)
+
+
+def test_a_failure_writing_the_record_keeps_none_of_the_runs(tmp_path, monkeypatch):
+    root = tmp_path / "traces"
+
+    def refused(*args, **kwargs):
+        raise BundleError("record refused")
+
+    monkeypatch.setattr(experiment_module, "write_experiment", refused)
+    settings = ExperimentSettings(model="mlp", variants=("eager", "bf16"), model_overrides={"hidden": 16}, **FAST)
+    with pytest.raises(BundleError, match="record refused"):
+        run_experiment(settings, root)
+    assert list(root.iterdir()) == []
+
+
+def test_a_traces_root_that_is_a_file_fails_before_the_model_loads(tmp_path, monkeypatch):
+    monkeypatch.setattr(experiment_module, "load_model", lambda *args, **kwargs: pytest.fail("loaded"))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(WorkbenchError, match="not a folder"):
+        run_experiment(ExperimentSettings(model="mlp", variants=("eager",), **FAST), tmp_path / "file")
 
 
 def test_progress_hears_of_every_task(tiny):

@@ -306,6 +306,20 @@ def test_view_builds(job: Path) -> None:
     assert "rank 3" in text and "no straggler" not in text and "rank 2" in text
 
 
+def test_report_of_a_rank_import_has_the_ranks_view(job: Path, tmp_path: Path) -> None:
+    root = tmp_path / "traces"
+    imported = json.loads(CliRunner().invoke(main, ["import", "--ranks", str(job), "--out", str(root),
+                                                    "--json"]).stdout)
+    report = tmp_path / "ranks.html"
+    result = CliRunner().invoke(main, ["report", imported["experiment"], "--out", str(root), "-o", str(report)])
+    assert result.exit_code == 0, result.output
+    html = report.read_text(encoding="utf-8")
+    assert "4 ranks on one time axis; stragglers: rank 2" in html  # the slow rank, flagged in the ranks tab
+    assert "step time per rank (ms)" in html and "compare" in html  # beside the comparison of the runs
+    one = CliRunner().invoke(main, ["report", imported["runs"][0], "--out", str(root), "-o", str(tmp_path / "1.html")])
+    assert one.exit_code == 0 and "ranks on one time axis" not in (tmp_path / "1.html").read_text(encoding="utf-8")
+
+
 def test_real_fixtures_with_distributed_info(tmp_path: Path) -> None:
     folder = tmp_path / "real"
     folder.mkdir()

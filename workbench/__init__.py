@@ -9,7 +9,11 @@ Importing the package loads nothing (no torch, jax, bokeh or pyarrow): the front
 (`workbench.notebook`) load on first use, so `import workbench.trace` stays light too.
 """
 
-from typing import Any
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING would import typing before the CLI catches Ctrl-C (interrupts.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["capture", "compare", "diff", "findings", "fusion", "fusion_detail", "idle", "roofline", "show", "show_diff"]
 

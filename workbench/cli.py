@@ -1,52 +1,44 @@
 """The `workbench` command line: capture, import, ls, show, rm.
 
 Exit codes: 0 success; 1 a capture in which some variants failed (the others were written);
-2 bad input (unknown model or variant, unreadable trace, missing run) with a one-line error;
-130 interrupted. `--json` prints machine-readable output on stdout and nothing else there.
+2 bad input or misuse (unknown model or variant, unreadable trace, missing run, a setting above its
+limit, an unwritable traces root or output path, a full disk) with a one-line error on stderr;
+130 interrupted, at any moment (`workbench.interrupts`). `--json` prints machine-readable output on
+stdout and nothing else there. Text is printed as it is, never read as markup (`workbench.terminal`).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
+from workbench.interrupts import QuietWhileLoading
 
-import click
-from rich.console import Console
-from rich.table import Table
+with QuietWhileLoading():  # Ctrl-C while this module loads exits 130 quietly, like one in a command
+    import json
+    import os
+    import sys
+    from collections.abc import Iterator
+    from contextlib import contextmanager
+    from pathlib import Path
+    from typing import Any
 
-from workbench.errors import WorkbenchError
-from workbench.paths import traces_root
+    import click
+    from rich.table import Table
+    from rich.text import Text
+
+    from workbench.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_PARTIAL, WorkbenchError
+    from workbench.limits import MAX_ITERATIONS, check_limits
+    from workbench.paths import checked_output, checked_root
+    from workbench.terminal import CommandGroup, err, errors, labelled, out, status_text, styled
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "EXIT_PARTIAL", "main"]
+"""The command group, and the exit codes it ends with (defined in `workbench.errors`)."""
 
 DEFAULT_VARIANTS = "eager,bf16,compile,int8"
-EXIT_PARTIAL, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
-
-_WIDTH = None if sys.stdout.isatty() else 160  # rich would squeeze tables into 80 columns in a pipe
-out = Console(width=_WIDTH)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 _out_option = click.option(
     "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
     help="Traces root (default: $WORKBENCH_TRACES or ./traces).",
 )
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-
-
-@contextmanager
-def _errors() -> Iterator[None]:
-    """Turn the workbench's own errors into one line on stderr and exit code 2."""
-    try:
-        yield
-    except WorkbenchError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        sys.exit(EXIT_BAD_INPUT)
-    except KeyboardInterrupt:
-        err.print("[yellow]interrupted[/]: nothing half-written was kept")
-        sys.exit(EXIT_INTERRUPTED)
 
 
 def _progress(as_json: bool, progress_json: bool) -> Any:
@@ -61,7 +53,7 @@ def _print_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, default=str))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="workbench")
 def main() -> None:
     """Profiling workbench for deep-learning inference: capture, import and compare runs."""
@@ -105,10 +97,16 @@ def capture(model: str, variants: str, batch: int, seq: int | None, device: str,
             overrides: tuple[str, ...], report_path: Path | None, out_dir: Path | None, as_json: bool,
             progress_json: bool, profiler: str, kernel_name: str | None, launch_count: int) -> None:
     """Benchmark and profile a model in several variants: one bundle per variant plus an experiment."""
+    with errors():  # misuse fails here, before the model and its framework load
+        model_overrides = _parse_overrides(overrides)
+        check_limits({"batch": batch, "seq": seq, "iterations": iterations, "warmup": warmup,
+                      "profile_steps": profile_steps, "threads": threads, "overrides": model_overrides})
+        root = checked_root(out_dir, writing=True)
+        report_path = checked_output(report_path) if report_path is not None else None
     from workbench.experiment import ExperimentSettings, run_experiment
     from workbench.profiling.settings import ProfileSettings
 
-    with _errors():
+    with errors():
         settings = ExperimentSettings(
             model=model,
             variants=tuple(v.strip() for v in variants.split(",") if v.strip()),
@@ -121,12 +119,11 @@ def capture(model: str, variants: str, batch: int, seq: int | None, device: str,
             profile_settings=ProfileSettings(record_setup=not steady_state_only, active_steps=profile_steps,
                                              with_stack=with_stack),
             threads=threads,
-            model_overrides=_parse_overrides(overrides),
+            model_overrides=model_overrides,
             profiler=profiler,
             kernel_name=kernel_name,
             launch_count=launch_count,
         )
-        root = traces_root(out_dir)
         with _progress(as_json, progress_json) as progress:
             result = run_experiment(settings, root, progress=progress)
     runs = [r.to_dict() for r in result.runs]
@@ -135,7 +132,7 @@ def capture(model: str, variants: str, batch: int, seq: int | None, device: str,
         from workbench.report import report_layout, write_report
         from workbench.trace.resolve import resolve_runs
 
-        with _errors(), err.status("building the report", spinner="dots"):
+        with errors(), err.status("building the report", spinner="dots"):
             layout = report_layout(resolve_runs([result.experiment_id], root))
             written = str(write_report(layout, report_path, title=f"workbench: {result.experiment_id}"))
     if as_json:
@@ -143,7 +140,7 @@ def capture(model: str, variants: str, batch: int, seq: int | None, device: str,
     else:
         _print_capture(result.experiment_id, root, runs)
         if written:
-            out.print(f"report: {written}", highlight=False)
+            out.print(f"report: {written}")
     if any(r["status"] != "ok" for r in runs):
         sys.exit(EXIT_PARTIAL)
 
@@ -155,7 +152,7 @@ def profile_variant_child(spec: Path) -> None:
     workbench.profiling.child); SPEC is the JSON file describing it."""
     from workbench.profiling.child import run_child
 
-    with _errors():
+    with errors():
         run_child(spec)
 
 
@@ -178,9 +175,8 @@ def _print_capture(experiment_id: str, root: Path, runs: list[dict[str, Any]]) -
     for column in ("variant", "status", "p50 ms", "p99 ms", "speedup", "first call s", "SQNR dB", "top-1", "run"):
         table.add_column(column, justify="right" if column not in ("variant", "status", "run") else "left")
     for run in runs:
-        ok = run["status"] == "ok"
         table.add_row(
-            run["variant"], "[green]ok[/]" if ok else f"[red]{run['status']}[/]",
+            run["variant"], status_text(run["status"]),
             _fmt(run.get("p50_ms")), _fmt(run.get("p99_ms")), _fmt(run.get("speedup"), "x"),
             _fmt(run.get("first_call_s")), _fmt(run.get("sqnr_db")), _fmt(run.get("top1_agreement")),
             run.get("run_id") or "-",
@@ -188,8 +184,8 @@ def _print_capture(experiment_id: str, root: Path, runs: list[dict[str, Any]]) -
     out.print(table)
     for run in runs:
         if run["status"] != "ok":
-            err.print(f"[red]variant {run['variant']} failed:[/] {run.get('error')}", highlight=False)
-    out.print(f"bundles in {root}; look at one with: workbench show RUN --out {root}", highlight=False)
+            err.print(labelled(f"variant {run['variant']} failed:", "red", run.get("error")))
+    out.print(f"bundles in {root}; look at one with: workbench show RUN --out {root}")
 
 
 def _fmt(value: Any, suffix: str = "") -> str:
@@ -223,8 +219,11 @@ def import_(files: tuple[Path, ...], ranks_dir: Path | None, align: str, out_dir
         raise click.UsageError("--align applies to --ranks FOLDER")
     if not files:
         raise click.UsageError("give trace files to import, or --ranks FOLDER")
-    with _errors(), err.status("reading traces", spinner="dots") if not as_json else _nothing():
-        run_ids = import_traces(files, traces_root(out_dir))
+    with errors():
+        root = checked_root(out_dir, writing=True)
+    with errors(), err.status("reading traces", spinner="dots") if not as_json else _nothing():
+        run_ids = import_traces(files, root)
+    _print_warnings(run_ids, root)
     if as_json:
         _print_json(run_ids)
     else:
@@ -238,14 +237,26 @@ def _import_ranks(files: tuple[Path, ...], folder: Path, align: str, out_dir: Pa
 
     if files:
         raise click.UsageError("give either trace files or --ranks FOLDER, not both")
-    with _errors(), err.status("reading rank traces", spinner="dots") if not as_json else _nothing():
-        experiment_id, run_ids = import_ranks(folder, traces_root(out_dir), align=align)
+    with errors():
+        root = checked_root(out_dir, writing=True)
+    with errors(), err.status("reading rank traces", spinner="dots") if not as_json else _nothing():
+        experiment_id, run_ids = import_ranks(folder, root, align=align)
     if as_json:
         _print_json({"experiment": experiment_id, "runs": run_ids})
     else:
         click.echo(f"experiment {experiment_id}")
         for run_id in run_ids:
             click.echo(run_id)
+
+
+def _print_warnings(run_ids: list[str], root: Path) -> None:
+    """The trace reader's warnings about each imported run (an empty trace...), on stderr."""
+    from workbench.analysis.summary import reader_warnings
+    from workbench.trace.bundle import open_bundle
+
+    for run_id in run_ids:
+        for warning in reader_warnings(open_bundle(run_id, root).info):
+            err.print(labelled("warning:", "yellow", f"{run_id}: {warning}"))
 
 
 @contextmanager
@@ -261,9 +272,9 @@ def ls(out_dir: Path | None, as_json: bool) -> None:
     from workbench.analysis.summary import run_row
     from workbench.trace.bundle import list_bundles
 
-    root = traces_root(out_dir)
     problems: list[str] = []
-    with _errors():
+    with errors():
+        root = checked_root(out_dir, writing=False)
         bundles = list_bundles(root, on_problem=lambda path, message: problems.append(f"{path}: {message}"))
     rows = [run_row(b.run_id, b.info) for b in bundles]
     if as_json:
@@ -277,7 +288,7 @@ def ls(out_dir: Path | None, as_json: bool) -> None:
                           row["status"], _fmt(row["p50_ms"]), row["experiment"] or "-", row["created"][:19])
         out.print(table if rows else f"no runs in {root} (create some with `workbench capture`)")
     for problem in problems:
-        err.print(f"[yellow]skipped[/] {problem}", highlight=False)
+        err.print(labelled("skipped", "yellow", problem))
 
 
 @main.command()
@@ -290,8 +301,8 @@ def show(run: str, top: int, out_dir: Path | None, as_json: bool) -> None:
     from workbench.analysis.summary import run_summary
     from workbench.trace.bundle import open_bundle
 
-    with _errors():
-        summary = run_summary(open_bundle(run, traces_root(out_dir)), top=top)
+    with errors():
+        summary = run_summary(open_bundle(run, checked_root(out_dir, writing=False)), top=top)
     if as_json:
         _print_json(summary)
     else:
@@ -299,10 +310,12 @@ def show(run: str, top: int, out_dir: Path | None, as_json: bool) -> None:
 
 
 def _print_summary(s: dict[str, Any]) -> None:
-    out.print(f"[bold]{s['run']}[/]  model {s['model'] or '-'}  variant {s['variant'] or '-'}  "
-              f"device {s['device']}  status {s['status']}", highlight=False)
+    out.print(Text.assemble((s["run"], "bold"), f"  model {s['model'] or '-'}  variant {s['variant'] or '-'}  "
+                            f"device {s['device']}  status {s['status']}"))
     if s.get("error"):
-        err.print(f"[red]error:[/] {s['error']}", highlight=False)
+        err.print(labelled("error:", "red", s["error"]))
+    for warning in s.get("warnings") or ():
+        err.print(labelled("warning:", "yellow", warning))
     if s["latency_ms"]:
         _kv_table("latency (ms)", {**s["latency_ms"], **s["throughput"], "first call s": s.get("first_call_s")})
     if s["numerics"]:
@@ -345,12 +358,12 @@ def report(refs: tuple[str, ...], output: Path | None, out_dir: Path | None) -> 
     from workbench.report import report_layout, write_report
     from workbench.trace.resolve import resolve_runs
 
-    root = traces_root(out_dir)
-    with _errors():
+    with errors():
+        root = checked_root(out_dir, writing=False)
         bundles = resolve_runs(refs, root)
+        output = checked_output(output or root / f"report-{Path(refs[0]).name}.html")
         with err.status("building the report", spinner="dots"):
-            path = write_report(report_layout(bundles), output or root / f"report-{Path(refs[0]).name}.html",
-                                title=f"workbench: {', '.join(refs)}")
+            path = write_report(report_layout(bundles), output, title=f"workbench: {', '.join(refs)}")
     click.echo(str(path))
 
 
@@ -360,9 +373,11 @@ def report(refs: tuple[str, ...], output: Path | None, out_dir: Path | None) -> 
 def rm(runs: tuple[str, ...], out_dir: Path | None) -> None:
     """Delete runs (ids under the traces root, or bundle paths)."""
     from workbench.trace.bundle import delete_bundle
+    from workbench.trace.staging import sweep
 
-    root = traces_root(out_dir)
-    with _errors():
+    with errors():
+        root = checked_root(out_dir, writing=True)
+        sweep(root)
         for run in runs:
             delete_bundle(run, root)
             click.echo(f"deleted {run}")
@@ -382,13 +397,13 @@ def xprof(run: str, port: int, no_browser: bool, out_dir: Path | None) -> None:
     from workbench.trace.bundle import open_bundle
     from workbench.xprof_server import serve_bundle
 
-    with _errors():
-        bundle = open_bundle(run, traces_root(out_dir))
+    with errors():
+        bundle = open_bundle(run, checked_root(out_dir, writing=False))
         with err.status("starting XProf", spinner="dots"):
             server = serve_bundle(bundle, port=port)
         with server:
             click.echo(server.url)
-            err.print("XProf is serving; press Ctrl-C to stop it", highlight=False)
+            err.print("XProf is serving; press Ctrl-C to stop it")
             if not no_browser and _has_gui():
                 webbrowser.open(server.url)
             code = server.wait()
@@ -416,8 +431,8 @@ def analyze(run: str, device: str | None, top: int, out_dir: Path | None, as_jso
     from workbench.analysis.bottlenecks import analyze_run
     from workbench.trace.bundle import open_bundle
 
-    with _errors():
-        bundle = open_bundle(run, traces_root(out_dir))
+    with errors():
+        bundle = open_bundle(run, checked_root(out_dir, writing=False))
         with err.status("analyzing", spinner="dots"):
             result = analyze_run(bundle, device)
     if as_json:
@@ -429,8 +444,8 @@ def analyze(run: str, device: str | None, top: int, out_dir: Path | None, as_jso
 def _print_analysis(result: dict[str, Any], top: int) -> None:
     window = result.get("window")
     scope = "measure phase" if window else "whole trace"
-    out.print(f"[bold]{result['run']}[/]  device figures: {result['device'] or 'unknown (give --device)'}  "
-              f"({scope})", highlight=False)
+    out.print(Text.assemble((result["run"], "bold"),
+                            f"  device figures: {result['device'] or 'unknown (give --device)'}  ({scope})"))
     findings = Table(title="findings, largest share first", title_justify="left")
     for column in ("kind", "share", "what", "next step"):
         findings.add_column(column, justify="right" if column == "share" else "left", overflow="fold",
@@ -475,9 +490,10 @@ def cost(runs: tuple[str, ...], devices: tuple[str, ...], price: float | None, o
     from workbench.hardware import resolve_device_spec
     from workbench.trace.resolve import resolve_runs
 
-    with _errors():
+    with errors():
         targets = [resolve_device_spec(device) for device in devices]
-        table = cost_table(resolve_runs(list(runs), traces_root(out_dir)), targets, price_per_hour=price)
+        table = cost_table(resolve_runs(list(runs), checked_root(out_dir, writing=False)), targets,
+                           price_per_hour=price)
     if as_json:
         _print_json(json.loads(table.to_json(orient="records")))
         return
@@ -536,7 +552,7 @@ def llm_model(config_text: str, device: str, batches: str, prompts: str, news: s
     from workbench.hardware import resolve_device_spec
     from workbench.llm import perf_model as pm
 
-    with _errors():
+    with errors():
         config = pm.parse_config(config_text)
         spec = resolve_device_spec(device)
         result = pm.llm_projection(
@@ -564,22 +580,24 @@ def _print_llm_model(r: dict[str, Any]) -> None:
     c, d, w = r["config"], r["device"], r["weights"]
     attention = c["attention"] + (f" (kv_latent {c['kv_latent']}, rope {c['rope_dim']})" if c["attention"] == "mla"
                                   else f" ({c['kv_heads']} kv heads of {c['heads']})")
-    out.print(f"[bold]{c['name']}[/] on [bold]{d['name']}[/] (a projection: roofline, no measurement)  "
-              f"{w['params'] / 1e9:.3g}B params ({w['active_params'] / 1e9:.3g}B active), weights {_gb(w['bytes'])} "
-              f"{c['weight_dtype']}, attention {attention}, KV {_gb(r['kv_bytes_per_token'])}/token {c['kv_dtype']}; "
-              f"peak {d['peak_flops_per_s'] / 1e12:.4g} TFLOP/s {d['peak_dtype']}, "
-              f"{d['memory_bw_bytes_per_s'] / 1e9:.4g} GB/s, ridge {d['ridge_point']:.3g} FLOP/B", highlight=False)
+    out.print(Text.assemble(
+        (c["name"], "bold"), " on ", (d["name"], "bold"), " (a projection: roofline, no measurement)  "
+        f"{w['params'] / 1e9:.3g}B params ({w['active_params'] / 1e9:.3g}B active), weights {_gb(w['bytes'])} "
+        f"{c['weight_dtype']}, attention {attention}, KV {_gb(r['kv_bytes_per_token'])}/token {c['kv_dtype']}; "
+        f"peak {d['peak_flops_per_s'] / 1e12:.4g} TFLOP/s {d['peak_dtype']}, "
+        f"{d['memory_bw_bytes_per_s'] / 1e9:.4g} GB/s, ridge {d['ridge_point']:.3g} FLOP/B"))
     table = Table(title="scenarios", title_justify="left")
     for column in ("batch", "prompt", "new", "prefill TFLOP", "TTFT ms", "bound", "decode GB/step", "TPOT ms",
                    "bound", "tok/s", "KV", "memory", "fits", "crossover batch", "max context"):
         table.add_column(column, justify="right")
     for s in r["scenarios"]:
         dec = s["decode"]
-        beyond = " [red](> max_seq)[/]" if s["beyond_max_seq"] else ""
-        table.add_row(str(s["batch"]), str(s["prompt"]), str(s["new"]) + beyond, _fmt(s["prefill"]["flops"] / 1e12),
+        beyond = styled(" (> max_seq)", "red") if s["beyond_max_seq"] else ""
+        table.add_row(str(s["batch"]), str(s["prompt"]), Text.assemble(str(s["new"]), beyond),
+                      _fmt(s["prefill"]["flops"] / 1e12),
                       _fmt(s["ttft_ms"]), s["prefill"]["bound"], _fmt(dec.get("bytes_per_step", 0) / 1e9),
                       _fmt(s["tpot_ms"]), dec.get("bound", "-"), _fmt(s["tokens_per_s"]), _gb(s["kv_bytes"]),
-                      _gb(s["memory_bytes"]), {True: "yes", False: "[red]no[/]", None: "?"}[s["fits"]],
+                      _gb(s["memory_bytes"]), {True: "yes", False: styled("no", "red"), None: "?"}[s["fits"]],
                       _fmt(s["crossover_batch"]) if s["crossover_batch"] else "never",
                       _fmt(s["max_context"]) + (f" (model: {c['max_seq']:,})" if c["max_seq"] and
                                                 s["max_context"] and s["max_context"] > c["max_seq"] else ""))
@@ -593,7 +611,7 @@ def _print_llm_model(r: dict[str, Any]) -> None:
     out.print(contexts)
     if any(row["crossover_batch"] is None for row in r["contexts"]):
         out.print("crossover 'never': the KV-cache read grows with the batch as fast as the FLOPs, so the "
-                  "decode step stays memory-bound at any batch at that context", highlight=False)
+                  "decode step stays memory-bound at any batch at that context")
     longest = max(row["context"] for row in r["kv_cache"])
     variants = Table(title=f"KV cache per sequence at {longest:,} tokens, by attention variant", title_justify="left")
     dtypes = list(dict.fromkeys(row["kv_dtype"] for row in r["kv_cache"]))
@@ -610,9 +628,9 @@ def _print_llm_model(r: dict[str, Any]) -> None:
                   f"{spec['draft_cost']:g}): {spec['expected_tokens']:.3g} tokens per target pass, speedup "
                   f"{spec['speedup']:.3g}x (Leviathan et al. 2023), {spec['speedup_roofline']:.3g}x with the modelled "
                   f"verify pass ({spec['verify_over_step']:.3g}x a decode step); best k {spec['best_k']} "
-                  f"({spec['best_k_speedup']:.3g}x)", highlight=False)
+                  f"({spec['best_k_speedup']:.3g}x)")
     if r.get("html"):
-        out.print(f"view: {r['html']}", highlight=False)
+        out.print(f"view: {r['html']}")
 
 
 def _gb(n: float) -> str:
@@ -665,7 +683,7 @@ def _comma_list(kind: type):
 @click.option("--draft-layers", default=1, show_default=True, type=click.IntRange(min=1),
               help="Speculative draft: the target's first N layers.")
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
-@click.option("--repeats", default=5, show_default=True, type=click.IntRange(min=1),
+@click.option("--repeats", default=5, show_default=True, type=click.IntRange(min=1, max=MAX_ITERATIONS),
               help="Timed generations per run (interleaved across runs).")
 @click.option("--warmup", default=1, show_default=True, type=click.IntRange(min=0))
 @click.option("--threads", default=None, type=click.IntRange(min=1), help="torch threads during the runs.")
@@ -686,17 +704,21 @@ def generate(model: str, attention: tuple[str, ...] | None, kv: tuple[str, ...],
              progress_json: bool) -> None:
     """Generate with a KV cache (prefill, then decode steps) and measure TTFT, TPOT, tokens/s and KV-cache
     bytes: one bundle per point of the sweep (attention × kv × batch × prompt × new) plus an experiment."""
+    with errors():  # misuse fails here, before torch loads (prompt and new are bounded by the model's max_seq)
+        model_overrides = _parse_overrides(overrides)
+        check_limits({"batch": max(batch), "warmup": warmup, "threads": threads, "overrides": model_overrides})
+        root = checked_root(out_dir, writing=True)
+        report_path = checked_output(report_path) if report_path is not None else None
     from workbench.llm.run import GenerateSettings, run_generation
     from workbench.profiling.settings import ProfileSettings
 
-    with _errors():
+    with errors():
         settings = GenerateSettings(
             model=model, attention=attention or (None,), kv=kv, batch=batch, prompt=prompt, new=new,
             speculative=speculative, draft_layers=draft_layers, device=device, warmup=warmup, repeats=repeats,
             profile=profile, profile_settings=ProfileSettings(with_stack=with_stack), threads=threads,
-            model_overrides=_parse_overrides(overrides),
+            model_overrides=model_overrides,
         )
-        root = traces_root(out_dir)
         with _progress(as_json, progress_json) as progress:
             result = run_generation(settings, root, progress=progress)
     runs = [r.to_dict() for r in result.runs]
@@ -708,7 +730,7 @@ def generate(model: str, attention: tuple[str, ...] | None, kv: tuple[str, ...],
         from workbench.trace.resolve import resolve_runs
         from workbench.views.llm import generation_view
 
-        with _errors(), err.status("building the report", spinner="dots"):
+        with errors(), err.status("building the report", spinner="dots"):
             bundles = resolve_runs([result.experiment_id], root)
             layout = Tabs(tabs=[TabPanel(child=generation_view(bundles), title="generation"),
                                 TabPanel(child=report_layout(bundles), title="runs")])
@@ -718,7 +740,7 @@ def generate(model: str, attention: tuple[str, ...] | None, kv: tuple[str, ...],
     else:
         _print_generation(result.experiment_id, root, runs)
         if written:
-            out.print(f"report: {written}", highlight=False)
+            out.print(f"report: {written}")
     if any(r["status"] != "ok" for r in runs):
         sys.exit(EXIT_PARTIAL)
 
@@ -733,7 +755,7 @@ def _print_generation(experiment_id: str, root: Path, runs: list[dict[str, Any]]
         llm = run.get("llm") or {}
         spec = llm.get("speculative") or {}
         table.add_row(
-            run["variant"], "[green]ok[/]" if run["status"] == "ok" else f"[red]{run['status']}[/]",
+            run["variant"], status_text(run["status"]),
             _fmt(llm.get("ttft_ms")), _fmt(llm.get("tpot_ms")), _fmt(llm.get("tpot_p99_ms")),
             _fmt(llm.get("tokens_per_s")), _fmt(llm.get("kv_cache_bytes")), _fmt(spec.get("acceptance_rate")),
             _fmt(spec.get("speedup_vs_greedy"), "x"), run["run_id"],
@@ -741,5 +763,5 @@ def _print_generation(experiment_id: str, root: Path, runs: list[dict[str, Any]]
     out.print(table)
     for run in runs:
         if run["status"] != "ok":
-            err.print(f"[red]run {run['variant']} failed:[/] {run.get('error')}", highlight=False)
-    out.print(f"bundles in {root}; look at one with: workbench show RUN --out {root}", highlight=False)
+            err.print(labelled(f"run {run['variant']} failed:", "red", run.get("error")))
+    out.print(f"bundles in {root}; look at one with: workbench show RUN --out {root}")

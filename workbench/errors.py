@@ -1,6 +1,19 @@
-"""Exceptions shared by every layer, so the CLI can map them to exit codes in one place."""
+"""Exceptions shared by every layer and the exit codes they map to, so every surface (the CLI, the server's
+capture jobs) reads a command's outcome the same way."""
 
 from __future__ import annotations
+
+import errno
+
+EXIT_PARTIAL = 1
+"""Exit code of a capture or generation sweep in which some variants failed; the others were written."""
+
+EXIT_BAD_INPUT = 2
+"""Exit code of bad input (unknown model or variant, unreadable trace, missing run): a WorkbenchError,
+reported as one line."""
+
+EXIT_INTERRUPTED = 130
+"""Exit code of an interrupted command (Ctrl-C, or SIGINT from a cancelled job): nothing half-written kept."""
 
 
 class WorkbenchError(Exception):
@@ -35,3 +48,23 @@ class MissingDependency(WorkbenchError):
 
 class BundleError(WorkbenchError):
     """A run bundle that is missing, malformed or cannot be written."""
+
+
+class DiskFullError(BundleError):
+    """The disk (or the user's quota) filled up while writing `path`; nothing half-written was kept."""
+
+    def __init__(self, path: object) -> None:
+        super().__init__(f"no space left on device writing {path}")
+        self.path = path
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether `exc` says the disk (or the user's quota) is full: errno ENOSPC or EDQUOT, or Arrow's text of
+    it (Arrow's errors carry no errno)."""
+    return getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(exc)
+
+
+def write_error(exc: BaseException, path: object, message: str) -> BundleError:
+    """The error to raise for `exc` met while writing `path`: DiskFullError when the disk is full, else a
+    BundleError with `message`."""
+    return DiskFullError(path) if is_disk_full(exc) else BundleError(message)

@@ -4,7 +4,10 @@
 model raises, is recorded as failed and the others go on), checks each one's numerics against the
 fp32 `eager` reference, times them together with the interleaved benchmark, then profiles each in
 its own labelled lifecycle and writes its run bundle; last comes the experiment record that groups
-the bundles. The CLI, the notebook API and the Jupyter server all run experiments through here.
+the bundles. Bundles and record are written into a staging folder of the traces root and appear there
+together when the experiment ends; an interrupted or killed experiment leaves nothing listed
+(`workbench.trace.staging`). The CLI, the notebook API and the Jupyter server all run experiments
+through here.
 
 `profiler` picks the profiled run's tool: the framework's own profiler (default), Nsight Systems (the
 run happens in a child process under `nsys`, whose SQLite export is the trace), or Nsight Compute (the
@@ -18,7 +21,6 @@ the bundle's compile/ beside the inspector's JSON.
 
 from __future__ import annotations
 
-import tempfile
 import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -36,15 +38,15 @@ from workbench.backends import (
     Prepared,
     Variant,
     Workload,
-    compare,
+    compare_outputs,
     get_backend,
     get_variant,
 )
 from workbench.backends.benchmark import benchmark_until_clean
 from workbench.backends.devices import torch_supports
-from workbench.errors import WorkbenchError
+from workbench.errors import DiskFullError, WorkbenchError, is_disk_full
 from workbench.models import LoadedModel, load_model
-from workbench.paths import traces_root
+from workbench.paths import checked_root
 from workbench.profiling import (
     FRAMEWORK,
     ProfiledRun,
@@ -64,6 +66,8 @@ from workbench.trace import Trace, read_trace
 from workbench.trace.bundle import new_run_id, utc_now, write_bundle
 from workbench.trace.cuda_snapshot import with_cuda_snapshot
 from workbench.trace.experiment import write_experiment
+from workbench.trace.scratch import make_scratch_dir, remove_entry
+from workbench.trace.staging import staged
 
 DEFAULT_VARIANTS = ("eager", "bf16", "compile", "int8")
 """The variants of the default experiment (the README's first command)."""
@@ -280,10 +284,12 @@ def run_experiment(
     traces root; see `workbench.paths.traces_root`).
 
     Bad settings (an unknown variant or model, a bad batch, an Nsight profiler that is not installed or
-    not on a CUDA device) raise WorkbenchError before anything is written. A variant that fails is
-    recorded as a failed bundle and the others go on.
+    not on a CUDA device, a traces root that cannot be written) raise WorkbenchError before anything is
+    written. A variant that fails is recorded as a failed bundle and the others go on; a full disk stops
+    the experiment (DiskFullError) with nothing written.
     """
     settings = settings or ExperimentSettings()
+    root = checked_root(root, writing=True)
     check_profiler(settings.profiler, settings.device, settings.profile)
     variants = [get_variant(name, settings.batch, settings.device) for name in settings.variants]
     # torch has no TPU backend: there the fp32 reference runs on the host CPU
@@ -293,7 +299,7 @@ def run_experiment(
         with phase("load", timings):
             loaded = load_model(settings.model, **settings.model_overrides)
             inputs = loaded.make_inputs(settings.batch, settings.seq)
-        experiment = _Experiment(settings, traces_root(root), progress or NullProgress(), loaded, inputs, timings)
+        experiment = _Experiment(settings, root, progress or NullProgress(), loaded, inputs, timings)
         return experiment.run(variants, reference)
 
 
@@ -322,9 +328,11 @@ class _Experiment:
         with phase("benchmark", self.timings):
             self._benchmark([run for run in runs if run.ok])
         self.progress.start("write", len(runs) + 1)
-        paths = {run.variant.name: self._capture(run) for run in runs}
-        with phase("write", self.timings):
-            result = self._record(runs, paths)
+        with staged(self.root, self.experiment_id) as stage:
+            for run in runs:
+                self._capture(run, stage)
+            with phase("write", self.timings):
+                result = self._record(runs, stage)
         self.progress.advance("write")
         self.progress.finish("write")
         return result
@@ -352,7 +360,7 @@ class _Experiment:
                 if run is ref_run:
                     expected = output
                 if expected is not None:
-                    run.numerics = compare(expected, output)
+                    run.numerics = compare_outputs(expected, output)
             except Exception as exc:
                 run.fail("prepare", exc)
             self.progress.advance("prepare")
@@ -390,19 +398,22 @@ class _Experiment:
             first_call_ms=None if run.first_call_s is None else run.first_call_s * 1e3,
         )
 
-    def _capture(self, run: _VariantRun) -> Path:
-        """Profile `run` (when profiling, and it has not failed) and write its bundle.
+    def _capture(self, run: _VariantRun, stage: Path) -> None:
+        """Profile `run` (when profiling, and it has not failed) and write its bundle into `stage`.
 
-        The profiler writes into a hidden temporary folder of the root (so the raw trace is moved,
-        not copied, into the bundle), removed whatever happens.
+        The profiler writes into a hidden scratch folder of the stage (so the raw trace is moved, not
+        copied, into the bundle), removed whatever happens.
         """
         if not (self.settings.profile and run.ok):
-            return self._write(run, None)
-        self.root.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=f".profile-{run.variant.name}-", dir=self.root) as tmp:
+            self._write(run, None, stage)
+            return
+        folder = make_scratch_dir(stage, "profile", run.variant.name)
+        try:
             with phase(f"profile {run.variant.name}", self.timings):
-                trace = self._profile(run, Path(tmp))
-            return self._write(run, trace)
+                trace = self._profile(run, folder)
+            self._write(run, trace, stage)
+        finally:
+            remove_entry(folder)
 
     def _profile(self, run: _VariantRun, folder: Path) -> Trace | None:
         """The trace of `run`'s profiled lifecycle under the chosen profiler, FLOPs attached, completed by
@@ -432,6 +443,8 @@ class _Experiment:
                     run.enriched_info.update(enriched.info)
             return trace
         except Exception as exc:
+            if is_disk_full(exc):
+                raise DiskFullError(folder) from exc
             run.fail("profiling", exc)
             return None
         finally:
@@ -444,17 +457,16 @@ class _Experiment:
                          seq=s.seq, threads=s.threads, model_overrides=dict(s.model_overrides),
                          settings=s.profile_settings.to_dict())
 
-    def _write(self, run: _VariantRun, trace: Trace | None) -> Path:
-        """Write `run`'s bundle; the raw profiler output, if any, is moved into its raw/."""
+    def _write(self, run: _VariantRun, trace: Trace | None, stage: Path) -> None:
+        """Write `run`'s bundle into `stage`; the raw profiler output, if any, is moved into its raw/."""
         raw = list(run.profiled.raw_paths) if run.profiled else []
         artifacts = run.profiled.artifacts if run.profiled and run.profiled.artifacts else run.artifacts
         texts = {f"compile/{name}": text for name, text in artifacts.items()}
         folders = {name: path for name, path in run.folders.items() if path.is_dir()}
         with phase("write", self.timings):
-            path = write_bundle(self.root, run.run_id, self._info(run), trace, raw_files=raw, move_raw=True,
-                                texts=texts, folders=folders, tables=run.tables if trace is not None else None)
+            write_bundle(stage, run.run_id, self._info(run), trace, raw_files=raw, move_raw=True,
+                         texts=texts, folders=folders, tables=run.tables if trace is not None else None)
         self.progress.advance("write")
-        return path
 
     def _info(self, run: _VariantRun) -> dict[str, Any]:
         """The run.json fields of one variant."""
@@ -507,8 +519,9 @@ class _Experiment:
             self._device_properties[key] = spec.to_dict() if spec else None
         return self._device_properties[key]
 
-    def _record(self, runs: list[_VariantRun], paths: Mapping[str, Path]) -> ExperimentResult[RunResult]:
-        """Write the experiment record and return the result."""
+    def _record(self, runs: list[_VariantRun], stage: Path) -> ExperimentResult[RunResult]:
+        """Write the experiment record into `stage` and return the result (with the paths the record and
+        the bundles have once published into the root)."""
         info = {
             "created": self.created,
             "model": self.loaded.name,
@@ -522,10 +535,10 @@ class _Experiment:
             "environment": self.environment,
             "phases_ms": self.timings,
         }
-        path = write_experiment(self.root, self.experiment_id, info)
+        path = self.root / write_experiment(stage, self.experiment_id, info).relative_to(stage)
         reference_p50 = next((run.stats.p50 for run in runs if run.variant.name == REFERENCE and run.stats), None)
         return ExperimentResult(self.experiment_id, path,
-                                tuple(_result(run, paths[run.variant.name], reference_p50) for run in runs))
+                                tuple(_result(run, self.root / run.run_id, reference_p50) for run in runs))
 
 
 def model_info(ref: str, loaded: LoadedModel) -> dict[str, Any]:

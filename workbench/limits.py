@@ -1,8 +1,9 @@
 """Upper bounds on the numbers a capture takes, shared by every surface (CLI, Jupyter server).
 
 A typo (`--batch 40000000`, `--set d_model=10**9`) or a hostile request must fail at once with a clear
-message, not after minutes of allocating memory or occupying the only capture slot. Lower bounds stay
-with each parser (click's `IntRange(min=1)`, the models' own checks); these are the upper ones.
+message, not after minutes of allocating memory or occupying the only capture slot. Each parser enforces
+the lower bounds (click's `IntRange(min=1)`, the settings' own checks); `SETTING_MINIMUMS` lists them for
+the surfaces that describe the settings (the server's capture options), `check_limits` checks the upper ones.
 
     check_limits({"batch": 4, "iterations": 30, "overrides": {"d_model": 256}})   # passes
     check_limits({"batch": 100_000})   # LimitError: batch: must be at most 4096, got 100000
@@ -60,6 +61,17 @@ SETTING_LIMITS: Mapping[str, int] = {
     "threads": MAX_THREADS,
 }
 """The bounded capture settings, by the capture command's parameter names."""
+
+SETTING_MINIMUMS: Mapping[str, int] = {
+    "batch": 1,
+    "seq": 1,
+    "iterations": 1,
+    "warmup": 0,
+    "profile_steps": 1,
+    "threads": 1,
+    "launch_count": 1,
+}
+"""The smallest value of each integer capture setting, by the capture command's parameter names."""
 
 
 class LimitError(WorkbenchError):

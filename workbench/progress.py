@@ -12,11 +12,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 
 class RichProgress:
-    """One rich progress bar per task (e.g. `compile int8`, `benchmark`, `profile bf16`)."""
+    """One rich progress bar per task (e.g. `compile int8`, `benchmark`, `profile bf16`); task names are
+    printed as they are, never read as markup."""
 
     def __init__(self, console: Console, enabled: bool = True) -> None:
         self._progress = Progress(
-            TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.description:<24}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=console, disable=not enabled, transient=False,
         )
         self._tasks: dict[str, TaskID] = {}

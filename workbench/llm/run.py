@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,21 +34,23 @@ import torch
 from workbench.analysis.breakdown import phase_window
 from workbench.backends.benchmark import LatencyStats, WallClockTimer, Workload, benchmark_until_clean
 from workbench.backends.devices import resolve_device, synchronize
-from workbench.errors import WorkbenchError
+from workbench.errors import DiskFullError, WorkbenchError, is_disk_full
 from workbench.experiment import ExperimentResult, NullProgress, Progress, RunFailure, model_info, torch_threads
 from workbench.llm.generate import Generation, generate
-from workbench.llm.kv_cache import KV_DTYPES, kv_cache_bytes
+from workbench.llm.kv_cache import CACHE_FORMATS, kv_cache_bytes
 from workbench.llm.metrics import StepTimes, llm_metrics, peak_allocated_bytes
 from workbench.llm.numerics import cache_numerics, token_agreement, vs_recompute
 from workbench.llm.speculative import SpeculativeGeneration, first_layers_draft, speculative_generate
 from workbench.models import LoadedModel, load_model
 from workbench.models.tiny_gpt import ATTENTION_KINDS, TinyGPT, attention_kind
-from workbench.paths import traces_root
+from workbench.paths import checked_root
 from workbench.profiling import ProfileSettings, attach_flops, environment, phase
 from workbench.profiling.session import SessionContext, open_session
 from workbench.trace import Trace, read_trace
 from workbench.trace.bundle import new_run_id, utc_now, write_bundle
 from workbench.trace.experiment import write_experiment
+from workbench.trace.scratch import make_scratch_dir, remove_entry
+from workbench.trace.staging import staged
 
 GREEDY, SPECULATIVE = "greedy", "speculative"
 SWEPT = ("batch", "prompt", "new")
@@ -104,8 +105,8 @@ class GenerateSettings:
             if value is not None and value not in ATTENTION_KINDS:
                 raise WorkbenchError(f"generate: unknown attention {value!r}; valid: {', '.join(ATTENTION_KINDS)}")
         for value in self.kv:
-            if value not in KV_DTYPES:
-                raise WorkbenchError(f"generate: unknown KV-cache dtype {value!r}; valid: {', '.join(KV_DTYPES)}")
+            if value not in CACHE_FORMATS:
+                raise WorkbenchError(f"generate: unknown KV-cache dtype {value!r}; valid: {', '.join(CACHE_FORMATS)}")
         for key in ("batch", "prompt", "new"):
             _positive_ints(key, getattr(self, key))
         for key, minimum in (("speculative", 0), ("draft_layers", 1), ("warmup", 0), ("repeats", 1)):
@@ -218,14 +219,16 @@ def run_generation(settings: GenerateSettings | None = None, root: str | Path | 
                    progress: Progress | None = None) -> SweepResult:
     """Run the sweep `settings` describes and write one bundle per run plus the experiment record under
     `root` (see `workbench.paths.traces_root`). Bad settings raise WorkbenchError before anything is
-    written; a run that fails is written as a failed bundle and the others go on."""
+    written; a run that fails is written as a failed bundle and the others go on. Bundles and record
+    appear in the root together when the sweep ends, or not at all (`workbench.trace.staging`)."""
     settings = settings or GenerateSettings()
+    root = checked_root(root, writing=True)
     device = resolve_device(settings.device)
     with torch_threads(settings.threads):
         timings: dict[str, float] = {}
         with phase("load", timings):
             models = _load_models(settings, device)
-        sweep = _Sweep(settings, traces_root(root), progress or NullProgress(), models, device, timings)
+        sweep = _Sweep(settings, root, progress or NullProgress(), models, device, timings)
         return sweep.run()
 
 
@@ -279,8 +282,10 @@ class _Sweep:
         with phase("benchmark", self.timings):
             self._benchmark([run for run in runs if run.ok])
         self.progress.start("write", len(runs) + 1)
-        paths = {run.run_id: self._capture(run) for run in runs}
-        result = self._record(runs, paths)
+        with staged(self.root, self.experiment_id) as stage:
+            for run in runs:
+                self._capture(run, stage)
+            result = self._record(runs, stage)
         self.progress.advance("write")
         self.progress.finish("write")
         return result
@@ -371,12 +376,14 @@ class _Sweep:
         return Workload(fn=call, items=p.batch, tokens=p.batch * p.new,
                         timer=WallClockTimer(sync=lambda: synchronize(self.device)))
 
-    def _capture(self, run: _Run) -> Path:
-        """Profile one generation of `run` (when profiling and it has not failed), then write its bundle."""
+    def _capture(self, run: _Run, stage: Path) -> None:
+        """Profile one generation of `run` (when profiling and it has not failed), then write its bundle
+        into `stage`."""
         if not (self.settings.profile and run.ok):
-            return self._write(run)
-        self.root.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=f".profile-{run.name}-", dir=self.root) as tmp:
+            self._write(run, stage)
+            return
+        tmp = make_scratch_dir(stage, "profile", run.name)
+        try:
             try:
                 with phase(f"profile {run.name}", self.timings):
                     session = open_session("torch.profiler", tmp, run.name, self.settings.profile_settings,
@@ -387,16 +394,19 @@ class _Sweep:
                 run.trace = attach_flops(read_trace(session.trace_path), session.op_flops)
                 run.raw, run.op_flops = list(session.raw_paths), session.op_flops
             except Exception as exc:
+                if is_disk_full(exc):
+                    raise DiskFullError(tmp) from exc
                 run.fail("profiling", exc)
                 run.trace, run.raw = None, []
-            return self._write(run)
+            self._write(run, stage)
+        finally:
+            remove_entry(tmp)
 
-    def _write(self, run: _Run) -> Path:
+    def _write(self, run: _Run, stage: Path) -> None:
         run.llm = self._llm_info(run)
         with phase("write", self.timings):
-            path = write_bundle(self.root, run.run_id, self._info(run), run.trace, raw_files=run.raw, move_raw=True)
+            write_bundle(stage, run.run_id, self._info(run), run.trace, raw_files=run.raw, move_raw=True)
         self.progress.advance("write")
-        return path
 
     def _peak_bytes(self, run: _Run) -> tuple[int | None, str | None]:
         """The generation's own peak allocation and where it was measured."""
@@ -467,7 +477,9 @@ class _Sweep:
             "op_flops": run.op_flops,
         }
 
-    def _record(self, runs: list[_Run], paths: Mapping[str, Path]) -> SweepResult:
+    def _record(self, runs: list[_Run], stage: Path) -> SweepResult:
+        """Write the experiment record into `stage`; the result names the paths the record and bundles have
+        once published into the root."""
         with phase("write", self.timings):
             info = {
                 "created": self.created,
@@ -482,7 +494,7 @@ class _Sweep:
                 "environment": self.environment,
                 "phases_ms": self.timings,
             }
-            path = write_experiment(self.root, self.experiment_id, info)
+            path = self.root / write_experiment(stage, self.experiment_id, info).relative_to(stage)
         return SweepResult(self.experiment_id, path, tuple(
-            GenerationResult(run.name, run.run_id, paths[run.run_id], "ok" if run.ok else "failed", run.error,
+            GenerationResult(run.name, run.run_id, self.root / run.run_id, "ok" if run.ok else "failed", run.error,
                              run.llm) for run in runs))

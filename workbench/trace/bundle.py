@@ -12,15 +12,18 @@
       compile/        compile-stage texts (JAX variants: lowered StableHLO, optimized HLO)
       xprof/          XProf's tool data for the capture (JAX variants)
 
-A bundle is assembled in a hidden sibling folder (`.tmp-<run-id>-<hex>`) and renamed into place, and
-deletion renames it away (`.deleting-...`) before removing it, so a reader never sees a half bundle.
-Hidden folders are never bundles. This module also holds the conventions the experiment records share
-(ids, `created` stamps, JSON-safe values, record loading).
+A bundle is assembled in a hidden sibling folder (`.tmp-<run-id>-<owner>-<hex>`) and renamed into place,
+and deletion renames it away (`.deleting-...`) before removing it, so a reader never sees a half bundle.
+Hidden folders are never bundles; the owner in their names lets the next writer clear those of a killed
+process (`workbench.trace.scratch`). The runs of an experiment are written together with its record
+(`workbench.trace.staging`). This module also holds the conventions the experiment records share (ids,
+`created` stamps, JSON-safe values, record loading).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -38,9 +41,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from workbench.errors import BundleError
+from workbench.errors import BundleError, write_error
+from workbench.limits import MAX_RUN_ID_LEN
 from workbench.trace.model import Trace
+from workbench.trace.records import RunInfo
 from workbench.trace.schema import SCHEMA_VERSION
+from workbench.trace.scratch import scratch_name
 
 RUN_JSON = "run.json"
 RAW_DIR = "raw"
@@ -53,7 +59,7 @@ STATUSES = ("ok", "failed")
 EXPERIMENTS_DIR = "experiments"
 """Folder of experiment records inside the traces root; reserved, so never a run id."""
 
-_ID_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+_ID_RE = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9._-]{{0,{MAX_RUN_ID_LEN - 1}}}")
 _FIND_IDS = "run `workbench ls` to list run ids (with --out DIR for another traces root)"
 
 ProblemHandler = Callable[[Path, str], None]
@@ -65,9 +71,9 @@ class BundleWarning(UserWarning):
 
 
 def is_valid_run_id(text: object) -> bool:
-    """Whether `text` is a valid run or experiment id: 1-128 letters, digits, `_`, `-` and `.`, starting
-    with a letter, digit or `_` (so never `.`, `..` or an option-like `-x`), and not `experiments`.
-    Such an id is a single path component that cannot leave the traces root."""
+    """Whether `text` is a valid run or experiment id: 1 to MAX_RUN_ID_LEN (128) letters, digits, `_`, `-`
+    and `.`, starting with a letter, digit or `_` (so never `.`, `..` or an option-like `-x`), and not
+    `experiments`. Such an id is a single path component that cannot leave the traces root."""
     return isinstance(text, str) and _ID_RE.fullmatch(text) is not None and text != EXPERIMENTS_DIR
 
 
@@ -156,13 +162,19 @@ def resolve_inside(root: Path, candidate: Path, label: str) -> Path:
 class Bundle:
     """A run bundle on disk: its run.json, read eagerly (it is small), and its tables, read on demand.
 
-    `run_id` is the name the bundle is opened and listed by (its folder name); `path` is resolved.
+    `run_id` is the name the bundle is opened and listed by (its folder name); `path` is resolved. `info` is
+    run.json as written; `record` is the same as a typed `RunInfo`, which readers use.
     """
 
     path: Path
     run_id: str
     info: dict[str, Any]
     _trace: Trace | None = dataclasses.field(default=None, init=False, repr=False)
+
+    @functools.cached_property
+    def record(self) -> RunInfo:
+        """run.json as a typed record (any readable schema version)."""
+        return RunInfo.from_json(self.info, self.run_id)
 
     @property
     def has_trace(self) -> bool:
@@ -230,12 +242,12 @@ def write_bundle(root: str | Path, run_id: str, info: Mapping[str, Any], trace: 
     final = root / run_id
     if os.path.lexists(final):
         raise BundleError(f"run {run_id!r} already exists in {root}; delete it first or pick a new id")
-    tmp = root / f".tmp-{run_id}-{secrets.token_hex(4)}"
+    tmp = root / scratch_name("tmp", run_id)
     try:
         root.mkdir(parents=True, exist_ok=True)
         tmp.mkdir()
     except OSError as exc:
-        raise BundleError(f"cannot write run {run_id!r} in {root}: {exc}") from exc
+        raise write_error(exc, final, f"cannot write run {run_id!r} in {root}: {exc}") from exc
     moved: list[tuple[Path, Path]] = []
     try:
         (tmp / RUN_JSON).write_text(text, encoding="utf-8")
@@ -263,7 +275,7 @@ def write_bundle(root: str | Path, run_id: str, info: Mapping[str, Any], trace: 
     except BaseException as exc:
         _discard(tmp, moved)
         if isinstance(exc, (OSError, pa.ArrowException)):
-            raise BundleError(f"cannot write run {run_id!r} in {root}: {exc}") from exc
+            raise write_error(exc, final, f"cannot write run {run_id!r} in {root}: {exc}") from exc
         raise
     return final
 
@@ -354,6 +366,8 @@ def open_bundle(ref: str | Path, root: str | Path, *, allow_paths: bool = True) 
         return _read_bundle(path, path.name, ref)
     except BundleError as exc:
         raise BundleError(f"{exc}; {_FIND_IDS}") from exc.__cause__
+    except OSError as exc:  # a name too long for the file system, a path through a file...
+        raise BundleError(f"no run {str(ref)!r}: {exc.strerror or exc}; {_FIND_IDS}") from exc
 
 
 def _read_bundle(path: Path, run_id: str, ref: str | Path) -> Bundle:
@@ -394,7 +408,7 @@ def delete_bundle(ref: str | Path, root: str | Path, *, allow_paths: bool = True
     """Delete the bundle `ref` names (see `open_bundle`). It is first renamed to a hidden name, so a
     crash during removal leaves hidden debris, never a half bundle that still lists as valid."""
     bundle = open_bundle(ref, root, allow_paths=allow_paths)
-    doomed = bundle.path.with_name(f".deleting-{bundle.path.name}-{secrets.token_hex(4)}")
+    doomed = bundle.path.with_name(scratch_name("deleting", bundle.path.name))
     try:
         os.rename(bundle.path, doomed)
         shutil.rmtree(doomed)

@@ -6,20 +6,22 @@ Each is `<root>/experiments/<id>.json`:
      reference variant), "runs" (run ids), plus whatever the caller adds (settings, ...)}
 
 A record is replaced atomically (temporary file + os.replace), so readers see the old record or the
-new one, never a torn file. Comparisons read the bundles a record names, never live objects.
+new one, never a torn file. A new experiment's record and its bundles are written into a staging folder
+and moved into the root together, bundles first (`workbench.trace.staging`), so a killed capture never
+leaves runs of an experiment whose record is missing, nor a record naming runs that are not there.
+Comparisons read the bundles a record names, never live objects.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import BundleError
+from workbench.errors import BundleError, write_error
 from workbench.trace.bundle import (
     EXPERIMENTS_DIR,
     ProblemHandler,
@@ -32,6 +34,7 @@ from workbench.trace.bundle import (
     warn_problem,
 )
 from workbench.trace.schema import SCHEMA_VERSION
+from workbench.trace.scratch import scratch_name
 
 REQUIRED = ("model", "reference", "runs")
 """Fields every experiment record has: the model, its reference variant and the run ids."""
@@ -75,7 +78,7 @@ def write_experiment(root: str | Path, experiment_id: str, info: Mapping[str, An
         raise BundleError(f"experiment {experiment_id!r}: cannot write its record: {exc}") from exc
     folder = Path(root) / EXPERIMENTS_DIR
     final = folder / f"{experiment_id}.json"
-    tmp = folder / f".tmp-{experiment_id}-{secrets.token_hex(4)}.json"
+    tmp = folder / scratch_name("tmp", experiment_id, ".json")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         tmp.write_text(text, encoding="utf-8")
@@ -83,7 +86,7 @@ def write_experiment(root: str | Path, experiment_id: str, info: Mapping[str, An
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            raise BundleError(f"cannot write experiment {experiment_id!r} in {folder}: {exc}") from exc
+            raise write_error(exc, final, f"cannot write experiment {experiment_id!r} in {folder}: {exc}") from exc
         raise
     return final
 
