@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import workbench.experiment as experiment_module
+import workbench.runner as runner_module
 import workbench.profiling.framework as framework_profiler
 from workbench.errors import BundleError, UnknownModelError, WorkbenchError
 from workbench.experiment import DEFAULT_VARIANTS, ExperimentSettings, run_experiment
@@ -164,7 +165,7 @@ def test_a_failure_writing_the_record_keeps_none_of_the_runs(tmp_path, monkeypat
     def refused(*args, **kwargs):
         raise BundleError("record refused")
 
-    monkeypatch.setattr(experiment_module, "write_experiment", refused)
+    monkeypatch.setattr(runner_module, "write_experiment", refused)
     settings = ExperimentSettings(model="mlp", variants=("eager", "bf16"), model_overrides={"hidden": 16}, **FAST)
     with pytest.raises(BundleError, match="record refused"):
         run_experiment(settings, root)

@@ -21,12 +21,11 @@ the bundle's compile/ beside the inspector's JSON.
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, Literal
 
 import pyarrow as pa
 import torch
@@ -42,9 +41,8 @@ from workbench.backends import (
     get_backend,
     get_variant,
 )
-from workbench.backends.benchmark import benchmark_until_clean
 from workbench.backends.devices import torch_supports
-from workbench.errors import DiskFullError, WorkbenchError, is_disk_full
+from workbench.errors import WorkbenchError
 from workbench.models import LoadedModel, load_model
 from workbench.paths import checked_root
 from workbench.profiling import (
@@ -62,44 +60,17 @@ from workbench.profiling import (
 )
 from workbench.profiling.child import ChildSpec
 from workbench.profiling.registry import DEFAULT_LAUNCH_COUNT, ProfileRequest
+from workbench.runner import BundleFiles, ExperimentResult, NullProgress, Progress, RunFailure, Runner
 from workbench.trace import Trace, read_trace
-from workbench.trace.bundle import new_run_id, utc_now, write_bundle
+from workbench.trace.bundle import new_run_id, utc_now
 from workbench.trace.cuda_snapshot import with_cuda_snapshot
-from workbench.trace.experiment import write_experiment
-from workbench.trace.scratch import make_scratch_dir, remove_entry
-from workbench.trace.staging import staged
+from workbench.trace.records import ExperimentRecord, RunInfo
+from workbench.trace.schema import PHASE_LOAD
 
 DEFAULT_VARIANTS = ("eager", "bf16", "compile", "int8")
 """The variants of the default experiment (the README's first command)."""
 
 Status = Literal["ok", "failed"]
-
-
-class Progress(Protocol):
-    """Receives progress of an experiment's tasks (the CLI draws them as progress bars).
-
-    Tasks are named by strings such as "prepare", "benchmark", "profile bf16", "write"; `total` is
-    None when unknown. `start` may be called again for a task to restart it from zero.
-    """
-
-    def start(self, task: str, total: int | None = None) -> None: ...
-
-    def advance(self, task: str, n: int = 1) -> None: ...
-
-    def finish(self, task: str) -> None: ...
-
-
-class NullProgress:
-    """A `Progress` that ignores everything (the default)."""
-
-    def start(self, task: str, total: int | None = None) -> None:
-        """Ignored."""
-
-    def advance(self, task: str, n: int = 1) -> None:
-        """Ignored."""
-
-    def finish(self, task: str) -> None:
-        """Ignored."""
 
 
 @dataclass(frozen=True)
@@ -180,56 +151,6 @@ class RunResult:
                 "top1_agreement": numerics.get("top1_agreement")}
 
 
-class _HasStatus(Protocol):
-    status: str
-
-
-ResultT = TypeVar("ResultT", bound=_HasStatus)
-
-
-@dataclass(frozen=True)
-class ExperimentResult(Generic[ResultT]):
-    """The outcome of an experiment (or a generation sweep): its record's id and path, and one result per
-    run (`RunResult` for an experiment's variants)."""
-
-    experiment_id: str
-    path: Path
-    runs: tuple[ResultT, ...]
-
-    @property
-    def failed(self) -> list[ResultT]:
-        """The runs that failed."""
-        return [run for run in self.runs if run.status != "ok"]
-
-
-@dataclass
-class RunFailure:
-    """The failure state of a run while its experiment or sweep goes on: the first failure is kept, as a
-    message naming `subject` and the stage, and the traceback for run.json."""
-
-    error: str | None = field(default=None, kw_only=True)
-    error_traceback: str | None = field(default=None, kw_only=True)
-
-    @property
-    def subject(self) -> str:
-        """What the messages call this run ("variant eager")."""
-        raise NotImplementedError
-
-    @property
-    def ok(self) -> bool:
-        """Whether the run has not failed (so far)."""
-        return self.error is None
-
-    def fail(self, stage: str, exc: BaseException) -> None:
-        """Record `exc` as this run's failure in `stage` (a WorkbenchError's message as it is, without a
-        repeated subject; any other exception with its type)."""
-        detail = str(exc).removeprefix(f"{self.subject}: ")
-        if not isinstance(exc, WorkbenchError):
-            detail = f"{type(exc).__name__}: {detail}"
-        self.error = f"{self.subject} failed during {stage}: {detail}"
-        self.error_traceback = "".join(traceback.format_exception(exc))
-
-
 @dataclass
 class _VariantRun(RunFailure):
     """A variant's state while the experiment runs; `prepared` is dropped once benchmarked."""
@@ -250,6 +171,10 @@ class _VariantRun(RunFailure):
     """Bundle folders the backend's enrichers made (bundle name → folder in the profile folder)."""
     enriched_info: dict[str, Any] = field(default_factory=dict)
     """run.json fields the backend's enrichers added."""
+
+    @property
+    def name(self) -> str:
+        return self.variant.name
 
     @property
     def subject(self) -> str:
@@ -296,53 +221,41 @@ def run_experiment(
     reference = get_variant(REFERENCE, settings.batch, settings.device if torch_supports(settings.device) else "cpu")
     with torch_threads(settings.threads):
         timings: dict[str, float] = {}
-        with phase("load", timings):
+        with phase(PHASE_LOAD, timings):
             loaded = load_model(settings.model, **settings.model_overrides)
             inputs = loaded.make_inputs(settings.batch, settings.seq)
-        experiment = _Experiment(settings, root, progress or NullProgress(), loaded, inputs, timings)
-        return experiment.run(variants, reference)
+        return _Experiment(settings, root, progress or NullProgress(), loaded, inputs, timings, variants,
+                           reference).run()
 
 
-class _Experiment:
-    """The steps of `run_experiment` after the model is loaded, and the state they share."""
+class _Experiment(Runner[_VariantRun, "RunResult"]):
+    """The steps of `run_experiment` after the model is loaded, on the runner's skeleton."""
 
     def __init__(self, settings: ExperimentSettings, root: Path, progress: Progress, loaded: LoadedModel,
-                 inputs: tuple[torch.Tensor, ...], timings: dict[str, float]) -> None:
+                 inputs: tuple[torch.Tensor, ...], timings: dict[str, float], variants: list[Variant],
+                 reference: Variant) -> None:
+        super().__init__(root, new_run_id(loaded.name, "experiment"), progress, timings, profile=settings.profile)
         self.settings = settings
-        self.root = root
-        self.progress = progress
         self.loaded = loaded
         self.inputs = inputs
-        self.timings = timings
+        self.variants = variants
+        self.reference = reference
         self.created = utc_now()
         self.seq = loaded.default_seq if settings.seq is None else settings.seq
-        self.experiment_id = new_run_id(loaded.name, "experiment")
         self.environment = environment(settings.device)
         self.reference_error: str | None = None
         self._device_properties: dict[tuple[str, Any], dict[str, Any] | None] = {}
 
-    def run(self, variants: list[Variant], reference: Variant) -> ExperimentResult[RunResult]:
-        runs = [self._new_run(variant) for variant in variants]
-        with phase("prepare", self.timings):
-            self._prepare(runs, reference)
-        with phase("benchmark", self.timings):
-            self._benchmark([run for run in runs if run.ok])
-        self.progress.start("write", len(runs) + 1)
-        with staged(self.root, self.experiment_id) as stage:
-            for run in runs:
-                self._capture(run, stage)
-            with phase("write", self.timings):
-                result = self._record(runs, stage)
-        self.progress.advance("write")
-        self.progress.finish("write")
-        return result
+    def new_runs(self) -> list[_VariantRun]:
+        return [self._new_run(variant) for variant in self.variants]
 
     def _new_run(self, variant: Variant) -> _VariantRun:
         return _VariantRun(variant, new_run_id(self.loaded.name, variant.name))
 
-    def _prepare(self, runs: list[_VariantRun], reference: Variant) -> None:
+    def prepare(self, runs: list[_VariantRun]) -> None:
         """Prepare every variant (the reference first, listed or not) and compare each one's output
         with the reference's; an unlisted reference is dropped once its output is known."""
+        reference = self.reference
         listed = next((run for run in runs if run.variant.name == reference.name), None)
         ref_run = listed or self._new_run(reference)
         order = [ref_run, *(run for run in runs if run is not ref_run)]
@@ -369,24 +282,14 @@ class _Experiment:
         self.reference_error = ref_run.error
         self.progress.finish("prepare")
 
-    def _benchmark(self, runs: list[_VariantRun]) -> None:
-        """Time the prepared variants together; one that raises is failed and the others rerun."""
-        s = self.settings
-        by_name = {run.variant.name: run for run in runs}
+    def benchmark(self, runs: list[_VariantRun]) -> None:
+        """Time the prepared variants together; each is freed once timed, before its profiled copy is made."""
+        stats = self.benchmark_together(runs, self.settings.warmup, self.settings.iterations)
+        for run in runs:
+            run.stats = stats.get(run.run_id)
+            run.prepared, run.placed = None, ()
 
-        def workloads() -> dict[str, Workload]:
-            self.progress.start("benchmark", s.warmup + s.iterations)
-            return {name: self._workload(run) for name, run in by_name.items() if run.ok}
-
-        stats = benchmark_until_clean(workloads, lambda name, exc: by_name[name].fail("benchmark", exc),
-                                      warmup=s.warmup, iterations=s.iterations,
-                                      progress=lambda _phase, _done, _total: self.progress.advance("benchmark"))
-        for name, run_stats in stats.items():
-            by_name[name].stats = run_stats
-            by_name[name].prepared, by_name[name].placed = None, ()  # freed before the profiled copy is made
-        self.progress.finish("benchmark")
-
-    def _workload(self, run: _VariantRun) -> Workload:
+    def workload(self, run: _VariantRun) -> Workload:
         """`run`'s prepared variant as a benchmark contender."""
         prepared, placed = run.prepared, run.placed
         assert prepared is not None  # only prepared variants are benchmarked
@@ -398,27 +301,9 @@ class _Experiment:
             first_call_ms=None if run.first_call_s is None else run.first_call_s * 1e3,
         )
 
-    def _capture(self, run: _VariantRun, stage: Path) -> None:
-        """Profile `run` (when profiling, and it has not failed) and write its bundle into `stage`.
-
-        The profiler writes into a hidden scratch folder of the stage (so the raw trace is moved, not
-        copied, into the bundle), removed whatever happens.
-        """
-        if not (self.settings.profile and run.ok):
-            self._write(run, None, stage)
-            return
-        folder = make_scratch_dir(stage, "profile", run.variant.name)
-        try:
-            with phase(f"profile {run.variant.name}", self.timings):
-                trace = self._profile(run, folder)
-            self._write(run, trace, stage)
-        finally:
-            remove_entry(folder)
-
-    def _profile(self, run: _VariantRun, folder: Path) -> Trace | None:
+    def profile_run(self, run: _VariantRun, folder: Path) -> Trace | None:
         """The trace of `run`'s profiled lifecycle under the chosen profiler, FLOPs attached, completed by
-        what the profiler adds and, for a framework trace, by the backend's enrichers; None (and `run`
-        failed) if it raised."""
+        what the profiler adds and, for a framework trace, by the backend's enrichers."""
         task = f"profile {run.variant.name}"
         s = self.settings
         self.progress.start(task, progress_units(s.profile_settings))
@@ -442,11 +327,6 @@ class _Experiment:
                     run.folders.update(enriched.folders)
                     run.enriched_info.update(enriched.info)
             return trace
-        except Exception as exc:
-            if is_disk_full(exc):
-                raise DiskFullError(folder) from exc
-            run.fail("profiling", exc)
-            return None
         finally:
             self.progress.finish(task)
 
@@ -457,19 +337,15 @@ class _Experiment:
                          seq=s.seq, threads=s.threads, model_overrides=dict(s.model_overrides),
                          settings=s.profile_settings.to_dict())
 
-    def _write(self, run: _VariantRun, trace: Trace | None, stage: Path) -> None:
-        """Write `run`'s bundle into `stage`; the raw profiler output, if any, is moved into its raw/."""
-        raw = list(run.profiled.raw_paths) if run.profiled else []
+    def bundle_files(self, run: _VariantRun) -> BundleFiles:
+        """The raw profiler output (moved in), the compile-stage texts, the enrichers' folders and tables."""
+        raw = run.profiled.raw_paths if run.profiled else ()
         artifacts = run.profiled.artifacts if run.profiled and run.profiled.artifacts else run.artifacts
-        texts = {f"compile/{name}": text for name, text in artifacts.items()}
-        folders = {name: path for name, path in run.folders.items() if path.is_dir()}
-        with phase("write", self.timings):
-            write_bundle(stage, run.run_id, self._info(run), trace, raw_files=raw, move_raw=True,
-                         texts=texts, folders=folders, tables=run.tables if trace is not None else None)
-        self.progress.advance("write")
+        return BundleFiles(raw_files=tuple(raw), texts={f"compile/{name}": text for name, text in artifacts.items()},
+                           folders=run.folders, tables=run.tables)
 
-    def _info(self, run: _VariantRun) -> dict[str, Any]:
-        """The run.json fields of one variant."""
+    def info(self, run: _VariantRun) -> RunInfo:
+        """The run.json of one variant."""
         s, loaded, profiled = self.settings, self.loaded, run.profiled
         capture = None
         if s.profile:
@@ -477,31 +353,18 @@ class _Experiment:
             capture = {"profiler": get_profiler(s.profiler).label.format(framework=framework),
                        "settings": s.profile_settings.to_dict(),
                        "notes": profiled.notes if profiled else None}
-        return {
-            "status": "ok" if run.ok else "failed",
-            "error": run.error,
-            "traceback": run.error_traceback,
-            "experiment": self.experiment_id,
-            "model": model_info(s.model, loaded),
-            "variant": run.variant.to_dict(),
-            "device": run.notes.get("device", run.variant.device),
-            "batch": s.batch,
-            "seq": self.seq,
-            "items_per_call": loaded.items(s.batch, self.seq),
-            "tokens_per_call": loaded.tokens(s.batch, self.seq),
-            "environment": self.environment,
-            "reference": REFERENCE,
-            "reference_error": self.reference_error,
-            "benchmark": run.stats.to_dict() if run.stats else None,
-            "first_call_s": run.first_call_s,
-            "numerics": run.numerics.to_dict() if run.numerics else None,
-            "notes": run.notes,
-            "phases_ms": {"setup": run.setup_ms, "profiled": profiled.phases_ms if profiled else None},
-            "capture": capture,
-            "xprof": run.enriched_info.get("xprof"),
-            "device_properties": self.device_properties(run),
-            "op_flops": profiled.op_flops if profiled else None,
-        }
+        return RunInfo(
+            run_id=run.run_id, status=run.status, error=run.error, traceback=run.error_traceback,
+            experiment=self.experiment_id, model=model_info(s.model, loaded), variant=run.variant.to_dict(),
+            device=run.notes.get("device", run.variant.device), batch=s.batch, seq=self.seq,
+            items_per_call=loaded.items(s.batch, self.seq), tokens_per_call=loaded.tokens(s.batch, self.seq),
+            environment=self.environment, reference=REFERENCE, reference_error=self.reference_error,
+            benchmark=run.stats.to_dict() if run.stats else None, first_call_s=run.first_call_s,
+            numerics=run.numerics.to_dict() if run.numerics else None, notes=run.notes,
+            phases_ms={"setup": run.setup_ms, "profiled": profiled.phases_ms if profiled else None},
+            capture=capture, xprof=run.enriched_info.get("xprof"), device_properties=self.device_properties(run),
+            op_flops=profiled.op_flops if profiled else None,
+        )
 
     def device_properties(self, run: _VariantRun) -> dict[str, Any] | None:
         """The figures of the device `run` ran on (peak FLOP/s per dtype, memory bandwidth and size, with
@@ -519,26 +382,18 @@ class _Experiment:
             self._device_properties[key] = spec.to_dict() if spec else None
         return self._device_properties[key]
 
-    def _record(self, runs: list[_VariantRun], stage: Path) -> ExperimentResult[RunResult]:
-        """Write the experiment record into `stage` and return the result (with the paths the record and
-        the bundles have once published into the root)."""
-        info = {
-            "created": self.created,
-            "model": self.loaded.name,
-            "model_ref": self.settings.model,
-            "reference": REFERENCE,
-            "reference_error": self.reference_error,
-            "runs": [run.run_id for run in runs],
-            "variants": [run.variant.name for run in runs],
-            "failed": [run.variant.name for run in runs if not run.ok],
-            "settings": self.settings.to_dict(),
-            "environment": self.environment,
-            "phases_ms": self.timings,
-        }
-        path = self.root / write_experiment(stage, self.experiment_id, info).relative_to(stage)
-        reference_p50 = next((run.stats.p50 for run in runs if run.variant.name == REFERENCE and run.stats), None)
-        return ExperimentResult(self.experiment_id, path,
-                                tuple(_result(run, self.root / run.run_id, reference_p50) for run in runs))
+    def record(self, runs: list[_VariantRun]) -> ExperimentRecord:
+        return ExperimentRecord(
+            experiment_id=self.experiment_id, created=self.created, model=self.loaded.name,
+            model_ref=self.settings.model, reference=REFERENCE, reference_error=self.reference_error,
+            runs=[run.run_id for run in runs], variants=[run.variant.name for run in runs],
+            failed=[run.variant.name for run in runs if not run.ok], settings=self.settings.to_dict(),
+            environment=self.environment, phases_ms=self.timings,
+        )
+
+    def result(self, run: _VariantRun, path: Path) -> RunResult:
+        reference_p50 = next((r.stats.p50 for r in self.runs if r.variant.name == REFERENCE and r.stats), None)
+        return _result(run, path, reference_p50)
 
 
 def model_info(ref: str, loaded: LoadedModel) -> dict[str, Any]:

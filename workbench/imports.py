@@ -10,18 +10,18 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyarrow.compute as pc
 
 from workbench.errors import TraceFormatError
 from workbench.paths import checked_root
+from workbench.runner import BundleFiles, NullProgress, RunFailure, Runner
 from workbench.trace import Trace, read_trace
-from workbench.trace.bundle import new_run_id, write_bundle
-from workbench.trace.experiment import write_experiment
-from workbench.trace.multirank import read_ranks
-from workbench.trace.staging import staged
+from workbench.trace.bundle import new_run_id
+from workbench.trace.multirank import RankTrace, read_ranks
+from workbench.trace.records import ExperimentRecord, RunInfo
 
 _SPECIAL_FILES = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
                   stat.S_IFSOCK: "a socket"}
@@ -34,14 +34,9 @@ def import_traces(paths: Sequence[str | os.PathLike[str]], root: str | os.PathLi
     `TraceFormatError` before anything is written.
     """
     root = checked_root(root, writing=True)
-    traces: list[tuple[Path, Trace]] = [(path, read_trace(path)) for path in map(_regular, paths)]
-    written: list[str] = []
-    with staged(root, "import") as stage:
-        for path, trace in traces:
-            run_id = new_run_id("import", _stem(path))
-            write_bundle(stage, run_id, _import_info(path, trace), trace, raw_files=[path])
-            written.append(run_id)
-    return written
+    runs = [_Imported(path, read_trace(path), new_run_id("import", _stem(path))) for path in map(_regular, paths)]
+    _Importer(root, "import", runs).run()
+    return [run.run_id for run in runs]
 
 
 def import_ranks(folder: str | os.PathLike[str], root: str | os.PathLike[str], workers: int | None = None,
@@ -51,29 +46,71 @@ def import_ranks(folder: str | os.PathLike[str], root: str | os.PathLike[str], w
     experiment record grouping them; return (experiment id, run ids by rank)."""
     folder, root = Path(folder), checked_root(root, writing=True)
     ranks = read_ranks(folder, workers=workers, align=align)
+    runs = [_Imported(rank.path, rank.trace, new_run_id("import", folder.name, f"rank{rank.rank}"), rank)
+            for rank in ranks]
+    sizes = {r.world_size for r in ranks if r.world_size is not None}
+    record = ExperimentRecord(
+        model=None, reference=f"rank{ranks[0].rank}", runs=[run.run_id for run in runs],
+        variants=[f"rank{r.rank}" for r in ranks],
+        ranks=[{"rank": r.rank, "run": run.run_id, "file": r.path.name, "offset_ns": r.offset_ns,
+                "rank_source": r.rank_source, "world_size": r.world_size} for r, run in zip(ranks, runs, strict=True)],
+        world_size=sizes.pop() if len(sizes) == 1 else (len(ranks) if not sizes else None), align=align,
+        imported_from=str(folder.resolve()))
     experiment_id = new_run_id("ranks", folder.name)
-    written: list[str] = []
-    with staged(root, experiment_id) as stage:
-        for rank in ranks:
-            run_id = new_run_id("import", folder.name, f"rank{rank.rank}")
-            info = _import_info(rank.path, rank.trace, variant=f"rank{rank.rank}", rank=rank.rank,
-                                world_size=rank.world_size)
-            write_bundle(stage, run_id, info, rank.trace, raw_files=[rank.path])
-            written.append(run_id)
-        sizes = {r.world_size for r in ranks if r.world_size is not None}
-        write_experiment(stage, experiment_id, {
-            "model": None,
-            "reference": f"rank{ranks[0].rank}",
-            "runs": written,
-            "variants": [f"rank{r.rank}" for r in ranks],
-            "ranks": [{"rank": r.rank, "run": run_id, "file": r.path.name, "offset_ns": r.offset_ns,
-                       "rank_source": r.rank_source, "world_size": r.world_size}
-                      for r, run_id in zip(ranks, written, strict=True)],
-            "world_size": sizes.pop() if len(sizes) == 1 else (len(ranks) if not sizes else None),
-            "align": align,
-            "imported_from": str(folder.resolve()),
-        })
-    return experiment_id, written
+    _Importer(root, experiment_id, runs, record).run()
+    return experiment_id, [run.run_id for run in runs]
+
+
+@dataclass
+class _Imported(RunFailure):
+    """A trace already read, to become one bundle (a rank's, when `rank` is given)."""
+
+    path: Path
+    trace: Trace
+    run_id: str
+    rank: RankTrace | None = None
+
+    @property
+    def name(self) -> str:
+        return self.run_id
+
+    @property
+    def subject(self) -> str:
+        return f"trace {self.path}"
+
+
+class _Importer(Runner[_Imported, _Imported]):
+    """Imports on the runner's skeleton: every trace is read before it runs, so nothing is prepared or
+    benchmarked and a run's "profile" is its trace; bundles (and the record of a job's ranks) land together."""
+
+    def __init__(self, root: Path, label: str, runs: list[_Imported], record: ExperimentRecord | None = None) -> None:
+        super().__init__(root, label, NullProgress(), {}, profile=True)
+        self._runs, self._record = runs, record
+        if record is not None:
+            record.experiment_id = label
+
+    def new_runs(self) -> list[_Imported]:
+        return self._runs
+
+    def profile_run(self, run: _Imported, folder: Path) -> Trace:
+        return run.trace
+
+    def info(self, run: _Imported) -> RunInfo:
+        """Its devices, where it came from, and for a rank its rank and world size."""
+        devices = sorted(str(d) for d in pc.unique(run.trace.events["device"]).to_pylist() if d)
+        rank = run.rank
+        return RunInfo(run_id=run.run_id, device=",".join(devices) or "cpu", source="import",
+                       imported_from=str(run.path.resolve()), variant=None if rank is None else f"rank{rank.rank}",
+                       rank=None if rank is None else rank.rank, world_size=None if rank is None else rank.world_size)
+
+    def bundle_files(self, run: _Imported) -> BundleFiles:
+        return BundleFiles(raw_files=(run.path,), move_raw=False)
+
+    def record(self, runs: list[_Imported]) -> ExperimentRecord | None:
+        return self._record
+
+    def result(self, run: _Imported, path: Path) -> _Imported:
+        return run
 
 
 def _regular(path: str | os.PathLike[str]) -> Path:
@@ -87,14 +124,6 @@ def _regular(path: str | os.PathLike[str]) -> Path:
     if kind:
         raise TraceFormatError(path, f"{kind}, not a trace file: give a file or a profile folder")
     return path
-
-
-def _import_info(path: Path, trace: Trace, **extra: Any) -> dict[str, Any]:
-    """run.json fields of a bundle imported from `path`: its devices, where it came from, and `extra`."""
-    devices = sorted(str(d) for d in pc.unique(trace.events["device"]).to_pylist() if d)
-    info = {"model": None, "variant": None, "device": ",".join(devices) or "cpu", "source": "import",
-            "imported_from": str(path.resolve())}
-    return info | extra
 
 
 def _stem(path: Path) -> str:

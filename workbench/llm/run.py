@@ -32,10 +32,10 @@ from typing import Any
 import torch
 
 from workbench.analysis.breakdown import phase_window
-from workbench.backends.benchmark import LatencyStats, WallClockTimer, Workload, benchmark_until_clean
+from workbench.backends.benchmark import LatencyStats, WallClockTimer, Workload
 from workbench.backends.devices import resolve_device, synchronize
-from workbench.errors import DiskFullError, WorkbenchError, is_disk_full
-from workbench.experiment import ExperimentResult, NullProgress, Progress, RunFailure, model_info, torch_threads
+from workbench.errors import WorkbenchError
+from workbench.experiment import model_info, torch_threads
 from workbench.llm.generate import Generation, generate
 from workbench.llm.kv_cache import CACHE_FORMATS, kv_cache_bytes
 from workbench.llm.metrics import StepTimes, llm_metrics, peak_allocated_bytes
@@ -46,11 +46,11 @@ from workbench.models.tiny_gpt import ATTENTION_KINDS, TinyGPT, attention_kind
 from workbench.paths import checked_root
 from workbench.profiling import ProfileSettings, attach_flops, environment, phase
 from workbench.profiling.session import SessionContext, open_session
+from workbench.runner import BundleFiles, ExperimentResult, NullProgress, Progress, RunFailure, Runner
 from workbench.trace import Trace, read_trace
-from workbench.trace.bundle import new_run_id, utc_now, write_bundle
-from workbench.trace.experiment import write_experiment
-from workbench.trace.scratch import make_scratch_dir, remove_entry
-from workbench.trace.staging import staged
+from workbench.trace.bundle import new_run_id, utc_now
+from workbench.trace.records import GENERATION, ExperimentRecord, RunInfo
+from workbench.trace.schema import PHASE_LOAD, PHASE_MEASURE
 
 GREEDY, SPECULATIVE = "greedy", "speculative"
 SWEPT = ("batch", "prompt", "new")
@@ -226,10 +226,9 @@ def run_generation(settings: GenerateSettings | None = None, root: str | Path | 
     device = resolve_device(settings.device)
     with torch_threads(settings.threads):
         timings: dict[str, float] = {}
-        with phase("load", timings):
+        with phase(PHASE_LOAD, timings):
             models = _load_models(settings, device)
-        sweep = _Sweep(settings, root, progress or NullProgress(), models, device, timings)
-        return sweep.run()
+        return _Sweep(settings, root, progress or NullProgress(), models, device, timings).run()
 
 
 def _load_models(settings: GenerateSettings, device: torch.device) -> dict[str | None, tuple[LoadedModel, TinyGPT]]:
@@ -257,38 +256,25 @@ def _load_models(settings: GenerateSettings, device: torch.device) -> dict[str |
     return models
 
 
-class _Sweep:
-    """The steps of `run_generation` once the models are loaded, and the state they share."""
+class _Sweep(Runner[_Run, GenerationResult]):
+    """The steps of `run_generation` once the models are loaded, on the runner's skeleton: its "prepare"
+    step checks numerics (which also warms every run up)."""
+
+    prepare_phase = "numerics"
 
     def __init__(self, settings: GenerateSettings, root: Path, progress: Progress,
                  models: dict[str | None, tuple[LoadedModel, TinyGPT]], device: torch.device,
                  timings: dict[str, float]) -> None:
+        super().__init__(root, new_run_id(settings.model, "generate"), progress, timings, profile=settings.profile)
         self.settings = settings
-        self.root = root
-        self.progress = progress
         self.models = models
         self.device = device
-        self.timings = timings
         self.created = utc_now()
-        self.experiment_id = new_run_id(settings.model, "generate")
         self.environment = environment(str(device))
         self._references: dict[tuple[Any, ...], Generation] = {}
-        self._runs: list[_Run] = []
 
-    def run(self) -> SweepResult:
-        runs = self._runs = [self._new_run(point) for point in generation_points(self.settings)]
-        with phase("numerics", self.timings):
-            self._numerics(runs)
-        with phase("benchmark", self.timings):
-            self._benchmark([run for run in runs if run.ok])
-        self.progress.start("write", len(runs) + 1)
-        with staged(self.root, self.experiment_id) as stage:
-            for run in runs:
-                self._capture(run, stage)
-            result = self._record(runs, stage)
-        self.progress.advance("write")
-        self.progress.finish("write")
-        return result
+    def new_runs(self) -> list[_Run]:
+        return [self._new_run(point) for point in generation_points(self.settings)]
 
     def _new_run(self, point: Point) -> _Run:
         s = self.settings
@@ -309,7 +295,7 @@ class _Sweep:
             self._references[key] = generate(run.model, run.prompt, p.new, kv_dtype="fp32", keep_logits=True)
         return self._references[key]
 
-    def _numerics(self, runs: list[_Run]) -> None:
+    def prepare(self, runs: list[_Run]) -> None:
         """Check each run's tokens and logits (see the module docstring); this also warms every run up."""
         self.progress.start("numerics", len(runs))
         for run in runs:
@@ -330,28 +316,19 @@ class _Sweep:
             self.progress.advance("numerics")
         self.progress.finish("numerics")
 
-    def _benchmark(self, runs: list[_Run]) -> None:
-        """Time every run's generations, interleaved; a run that raises is failed and the others rerun."""
-        s = self.settings
-        by_id = {run.run_id: run for run in runs}
+    def benchmark(self, runs: list[_Run]) -> None:
+        """Time every run's generations, interleaved; the warm-up rounds' step times are dropped."""
+        stats = self.benchmark_together(runs, self.settings.warmup, self.settings.repeats)
+        for run in runs:
+            run.stats = stats.get(run.run_id)
+            if run.stats is not None:
+                run.times = run.times[self.settings.warmup:]
 
-        def workloads() -> dict[str, Workload]:
-            self.progress.start("benchmark", s.warmup + s.repeats)
-            for run in by_id.values():
-                run.times, run.peak_bytes, run.proposed, run.accepted = [], None, 0, 0
-            return {run_id: self._workload(run) for run_id, run in by_id.items() if run.ok}
-
-        stats = benchmark_until_clean(workloads, lambda run_id, exc: by_id[run_id].fail("benchmark", exc),
-                                      warmup=s.warmup, iterations=s.repeats,
-                                      progress=lambda _phase, _done, _total: self.progress.advance("benchmark"))
-        for run_id, run_stats in stats.items():
-            by_id[run_id].stats = run_stats
-            by_id[run_id].times = by_id[run_id].times[s.warmup:]
-        self.progress.finish("benchmark")
-
-    def _workload(self, run: _Run) -> Workload:
+    def workload(self, run: _Run) -> Workload:
         """One generation of `run` as a benchmark contender that records its steps, cache size, peak
-        memory (CUDA; on CPU the profiled capture measures it) and acceptance."""
+        memory (CUDA; on CPU the profiled capture measures it) and acceptance (from zero: the benchmark
+        asks again when it restarts)."""
+        run.times, run.peak_bytes, run.proposed, run.accepted = [], None, 0, 0
         cuda = self.device.type == "cuda"
         warmup = self.settings.warmup
 
@@ -376,44 +353,30 @@ class _Sweep:
         return Workload(fn=call, items=p.batch, tokens=p.batch * p.new,
                         timer=WallClockTimer(sync=lambda: synchronize(self.device)))
 
-    def _capture(self, run: _Run, stage: Path) -> None:
-        """Profile one generation of `run` (when profiling and it has not failed), then write its bundle
-        into `stage`."""
-        if not (self.settings.profile and run.ok):
-            self._write(run, stage)
-            return
-        tmp = make_scratch_dir(stage, "profile", run.name)
+    def profile_run(self, run: _Run, folder: Path) -> Trace | None:
+        """One generation of `run` under torch.profiler, its `measure` phase around it."""
+        session = open_session("torch.profiler", folder, run.name, self.settings.profile_settings,
+                               SessionContext(self.device.type))
         try:
-            try:
-                with phase(f"profile {run.name}", self.timings):
-                    session = open_session("torch.profiler", tmp, run.name, self.settings.profile_settings,
-                                           SessionContext(self.device.type))
-                    with session, phase("measure", run.phases_ms):
-                        run.once()
-                assert session.trace_path is not None
-                run.trace = attach_flops(read_trace(session.trace_path), session.op_flops)
-                run.raw, run.op_flops = list(session.raw_paths), session.op_flops
-            except Exception as exc:
-                if is_disk_full(exc):
-                    raise DiskFullError(tmp) from exc
-                run.fail("profiling", exc)
-                run.trace, run.raw = None, []
-            self._write(run, stage)
-        finally:
-            remove_entry(tmp)
+            with session, phase(PHASE_MEASURE, run.phases_ms):
+                run.once()
+            assert session.trace_path is not None
+            run.trace = attach_flops(read_trace(session.trace_path), session.op_flops)
+            run.raw, run.op_flops = list(session.raw_paths), session.op_flops
+        except Exception:
+            run.trace, run.raw = None, []
+            raise
+        return run.trace
 
-    def _write(self, run: _Run, stage: Path) -> None:
-        run.llm = self._llm_info(run)
-        with phase("write", self.timings):
-            write_bundle(stage, run.run_id, self._info(run), run.trace, raw_files=run.raw, move_raw=True)
-        self.progress.advance("write")
+    def bundle_files(self, run: _Run) -> BundleFiles:
+        return BundleFiles(raw_files=tuple(run.raw))
 
     def _peak_bytes(self, run: _Run) -> tuple[int | None, str | None]:
         """The generation's own peak allocation and where it was measured."""
         if run.peak_bytes is not None:
             return run.peak_bytes, "torch.cuda.max_memory_allocated"
         if run.trace is not None:
-            peak = peak_allocated_bytes(run.trace, str(self.device), phase_window(run.trace, "measure"))
+            peak = peak_allocated_bytes(run.trace, str(self.device), phase_window(run.trace, PHASE_MEASURE))
             return peak, "profiler memory events" if peak is not None else None
         return None, None
 
@@ -434,7 +397,7 @@ class _Sweep:
 
     def _speculative_info(self, run: _Run) -> dict[str, Any]:
         """Draft, k, acceptance over the timed runs, and the speedup over the same point's greedy run."""
-        greedy = next((r for r in self._runs if r.draft is None and r.stats is not None and r.same_point(run)), None)
+        greedy = next((r for r in self.runs if r.draft is None and r.stats is not None and r.same_point(run)), None)
         stats = run.stats
         return {
             "k": self.settings.speculative,
@@ -449,52 +412,30 @@ class _Sweep:
             "matches_greedy": (run.numerics.get("matches_greedy") or {}).get("identical"),
         }
 
-    def _info(self, run: _Run) -> dict[str, Any]:
-        """The run.json fields of one run."""
+    def info(self, run: _Run) -> RunInfo:
+        """The run.json of one run (its `llm` figures computed here, once its trace is known)."""
+        run.llm = self._llm_info(run)
         s, p, loaded = self.settings, run.point, run.loaded
         capture = {"profiler": "torch.profiler", "settings": s.profile_settings.to_dict()} if s.profile else None
-        return {
-            "status": "ok" if run.ok else "failed",
-            "error": run.error,
-            "traceback": run.error_traceback,
-            "experiment": self.experiment_id,
-            "kind": "generation",
-            "model": model_info(s.model, loaded),
-            "variant": {"name": run.name, "attention": attention_kind(loaded.config), "kv": p.kv,
-                        "decoding": p.decoding, "batch": p.batch, "prompt": p.prompt, "new": p.new,
-                        "device": str(self.device)},
-            "device": str(self.device),
-            "batch": p.batch,
-            "seq": p.prompt,
-            "items_per_call": p.batch,
-            "tokens_per_call": p.batch * p.new,
-            "environment": self.environment,
-            "benchmark": run.stats.to_dict() if run.stats else None,
-            "llm": run.llm,
-            "generation": {"settings": s.to_dict(), "timed": [t.to_dict() for t in run.times]},
-            "phases_ms": {"profiled": run.phases_ms or None},
-            "capture": capture,
-            "op_flops": run.op_flops,
-        }
+        return RunInfo(
+            run_id=run.run_id, status=run.status, error=run.error, traceback=run.error_traceback,
+            experiment=self.experiment_id, kind=GENERATION, model=model_info(s.model, loaded),
+            variant={"name": run.name, "attention": attention_kind(loaded.config), "kv": p.kv, "decoding": p.decoding,
+                     "batch": p.batch, "prompt": p.prompt, "new": p.new, "device": str(self.device)},
+            device=str(self.device), batch=p.batch, seq=p.prompt, items_per_call=p.batch,
+            tokens_per_call=p.batch * p.new, environment=self.environment,
+            benchmark=run.stats.to_dict() if run.stats else None, llm=run.llm,
+            generation={"settings": s.to_dict(), "timed": [t.to_dict() for t in run.times]},
+            phases_ms={"profiled": run.phases_ms or None}, capture=capture, op_flops=run.op_flops,
+        )
 
-    def _record(self, runs: list[_Run], stage: Path) -> SweepResult:
-        """Write the experiment record into `stage`; the result names the paths the record and bundles have
-        once published into the root."""
-        with phase("write", self.timings):
-            info = {
-                "created": self.created,
-                "kind": "generation",
-                "model": runs[0].loaded.name,
-                "model_ref": self.settings.model,
-                "reference": runs[0].name,
-                "runs": [run.run_id for run in runs],
-                "variants": [run.name for run in runs],
-                "failed": [run.name for run in runs if not run.ok],
-                "settings": self.settings.to_dict(),
-                "environment": self.environment,
-                "phases_ms": self.timings,
-            }
-            path = self.root / write_experiment(stage, self.experiment_id, info).relative_to(stage)
-        return SweepResult(self.experiment_id, path, tuple(
-            GenerationResult(run.name, run.run_id, self.root / run.run_id, "ok" if run.ok else "failed", run.error,
-                             run.llm) for run in runs))
+    def record(self, runs: list[_Run]) -> ExperimentRecord:
+        return ExperimentRecord(
+            experiment_id=self.experiment_id, created=self.created, kind=GENERATION, model=runs[0].loaded.name,
+            model_ref=self.settings.model, reference=runs[0].name, runs=[run.run_id for run in runs],
+            variants=[run.name for run in runs], failed=[run.name for run in runs if not run.ok],
+            settings=self.settings.to_dict(), environment=self.environment, phases_ms=self.timings,
+        )
+
+    def result(self, run: _Run, path: Path) -> GenerationResult:
+        return GenerationResult(run.name, run.run_id, path, run.status, run.error, run.llm)

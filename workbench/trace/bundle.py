@@ -212,7 +212,7 @@ class Bundle:
         return sorted(p for p in (self.path / RAW_DIR).rglob("*") if p.is_file())
 
 
-def write_bundle(root: str | Path, run_id: str, info: Mapping[str, Any], trace: Trace | None = None,
+def write_bundle(root: str | Path, run_id: str, info: RunInfo | Mapping[str, Any], trace: Trace | None = None,
                  raw_files: Sequence[str | Path] = (), move_raw: bool = False, *,
                  texts: Mapping[str, str] | None = None, folders: Mapping[str, str | Path] | None = None,
                  tables: Mapping[str, pa.Table] | None = None) -> Path:
@@ -280,8 +280,12 @@ def write_bundle(root: str | Path, run_id: str, info: Mapping[str, Any], trace: 
     return final
 
 
-def _run_json(run_id: str, info: Mapping[str, Any], trace: Trace | None) -> str:
-    """The text of run.json, after checking the fields the readers rely on."""
+def _run_json(run_id: str, info: RunInfo | Mapping[str, Any], trace: Trace | None) -> str:
+    """The text of run.json, after checking the fields the readers rely on. A `RunInfo` gives its fields but
+    those the bundle writes (schema version, run id, trace metadata) and an unset `created`."""
+    if isinstance(info, RunInfo):
+        info = {key: value for key, value in info.to_json().items()
+                if key not in ("schema_version", "run_id", "trace") and not (key == "created" and value is None)}
     fixed = {"schema_version": SCHEMA_VERSION, "run_id": run_id}
     taken = fixed.keys() | ({"trace"} if trace is not None else set())
     reserved = sorted(taken & info.keys())

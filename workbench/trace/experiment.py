@@ -33,6 +33,7 @@ from workbench.trace.bundle import (
     utc_now,
     warn_problem,
 )
+from workbench.trace.records import ExperimentRecord
 from workbench.trace.schema import SCHEMA_VERSION
 from workbench.trace.scratch import scratch_name
 
@@ -56,10 +57,14 @@ class Experiment:
         return list(self.info["runs"])
 
 
-def write_experiment(root: str | Path, experiment_id: str, info: Mapping[str, Any]) -> Path:
+def write_experiment(root: str | Path, experiment_id: str, info: ExperimentRecord | Mapping[str, Any]) -> Path:
     """Write, or atomically replace (an experiment may gain runs), the record `experiment_id` in
     `root/experiments/` and return its path. `info` needs `model`, `reference` and `runs`; `created`
-    defaults to now, `schema_version` and `experiment_id` are added."""
+    defaults to now, `schema_version` and `experiment_id` are added (an `ExperimentRecord` gives its fields
+    but those two and an unset `created`)."""
+    if isinstance(info, ExperimentRecord):
+        info = {key: value for key, value in info.to_json().items()
+                if key not in ("schema_version", "experiment_id") and not (key == "created" and value is None)}
     if not is_valid_run_id(experiment_id):
         raise BundleError(f"invalid experiment id {experiment_id!r}: use letters, digits, '_', '-' and '.'")
     missing = [key for key in REQUIRED if key not in info]

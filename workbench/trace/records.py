@@ -22,6 +22,9 @@ READABLE_VERSIONS = frozenset({1})
 
 Json = dict[str, Any]
 
+GENERATION = "generation"
+"""`kind` of a generation sweep's runs and of its experiment record."""
+
 
 def number(value: object) -> float | None:
     """A JSON number, or one of the strings run.json writes for non-finite floats ("inf", "-inf", "nan"),
@@ -108,7 +111,8 @@ class RunInfo(_Record):
     experiment: str | None = None
     kind: str | None = None
     model: Json | None = None
-    variant: Json | None = None
+    variant: Json | str | None = None
+    """An object (name, backend, precision...); a rank import writes the bare name, read back as `{"name": ...}`."""
     device: str | None = None
     batch: int | None = None
     seq: int | None = None
@@ -157,17 +161,17 @@ class RunInfo(_Record):
     @property
     def variant_name(self) -> str | None:
         """The variant's name (None for a plain import)."""
-        return _text((self.variant or {}).get("name"))
+        return _text((_named(self.variant) or {}).get("name"))
 
     @property
     def variant_backend(self) -> str | None:
         """The backend the variant ran on ("torch", "jax", "tensorrt"; None for an import)."""
-        return _text((self.variant or {}).get("backend"))
+        return _text((_named(self.variant) or {}).get("backend"))
 
     @property
     def variant_precision(self) -> str | None:
         """The variant's precision ("fp32", "bf16", ...; None for an import)."""
-        return _text((self.variant or {}).get("precision"))
+        return _text((_named(self.variant) or {}).get("precision"))
 
     @property
     def p50_ms(self) -> float | None:
@@ -178,7 +182,9 @@ class RunInfo(_Record):
 @dataclass
 class ExperimentRecord(_Record):
     """An experiment's record: the runs of one model (or of one multi-rank import) with their reference
-    variant; `failed` names the variants that failed; `kind` is "generation" for a generation sweep."""
+    variant; `failed` names the variants that failed; `kind` is "generation" for a generation sweep. A
+    multi-rank import adds `ranks` (rank, run, file, clock offset...), `world_size`, `align` and
+    `imported_from`."""
 
     experiment_id: str = ""
     schema_version: int = SCHEMA_VERSION
@@ -194,13 +200,19 @@ class ExperimentRecord(_Record):
     settings: Json | None = None
     environment: Json | None = None
     phases_ms: Json | None = None
+    ranks: list[Json] | None = None
+    world_size: int | None = None
+    align: str | None = None
+    imported_from: str | None = None
     extra: Json = field(default_factory=dict)
 
     REQUIRED: ClassVar[tuple[str, ...]] = ("model", "reference", "runs")
     """Fields every record file has: the model, its reference variant and the run ids."""
 
     _COERCE: ClassVar[dict[str, Any]] = {
-        **{name: _text for name in ("created", "kind", "model", "model_ref", "reference", "reference_error")},
+        **{name: _text for name in ("created", "kind", "model", "model_ref", "reference", "reference_error", "align",
+                                    "imported_from")},
+        "world_size": _int, "ranks": lambda v: [r for r in v if isinstance(r, dict)] if isinstance(v, list) else None,
         **{name: _object for name in ("settings", "environment", "phases_ms")},
         **{name: (lambda v: [x for x in v if isinstance(x, str)] if isinstance(v, list) else [])
            for name in ("runs", "variants", "failed")},
