@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from workbench.trace import Trace
 
 BUILTIN = {"torch": "workbench.backends.torch_backend", "jax": "workbench.backends.jax_backend",
-           "tensorrt": "workbench.backends.tensorrt"}
+           "tensorrt": "workbench.backends.tensorrt", "onnxruntime": "workbench.backends.onnxruntime_backend"}
 """The built-in backends and their modules, in the order their variants are listed."""
 
 
