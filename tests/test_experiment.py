@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import workbench.experiment as experiment_module
-import workbench.runner as runner_module
 import workbench.profiling.framework as framework_profiler
+import workbench.runner as runner_module
 from workbench.errors import BundleError, UnknownModelError, WorkbenchError
 from workbench.experiment import DEFAULT_VARIANTS, ExperimentSettings, run_experiment
 from workbench.profiling import ProfileSettings, progress_units

@@ -183,12 +183,11 @@ def test_right_cuts_are_decoded_in_the_workers(tmp_path, restarts):
     assert chunks[-1] == (os.getpid(), events[-1:])
 
 
-def _corrupt(path: Path, name: str, replacement: bytes) -> int:
-    """Break the event named `name` in place; return the file offset of that event's `{`."""
+def _corrupt(path: Path, name: str, replacement: bytes) -> None:
+    """Break the event named `name` in place: its name (with quotes) becomes `replacement`."""
     text = path.read_bytes()
     at = text.index(f'"{name}"'.encode())
     path.write_bytes(text[:at] + replacement + text[at + len(name) + 2:])
-    return text.rindex(b"{", 0, at)
 
 
 def _same_error_either_way(path, match: str | None = None) -> str:
@@ -203,20 +202,19 @@ def _same_error_either_way(path, match: str | None = None) -> str:
     return messages[0]
 
 
-@pytest.mark.parametrize(("events", "broken", "cut", "problem"), [
-    (600, "e300", 0, "malformed JSON in traceEvents"),
+@pytest.mark.parametrize(("events", "broken", "cut"), [
+    (600, "e300", 0),
     # the file also ends early, after the broken event: its error, not the end's, is the one raised
-    (300, "e280", 100, "truncated or malformed JSON: the traceEvents array does not end"),
+    (300, "e280", 100),
 ])
-def test_malformed_event_same_error_and_offset(tmp_path, small_blocks, events, broken, cut, problem):
+def test_malformed_event_same_error_and_offset(tmp_path, small_blocks, events, broken, cut):
     path = write_trace(tmp_path / "bad.json", [{"name": f"e{i}", "ph": "X", "pid": 1, "tid": 1, "ts": i, "dur": 1,
                                                 "args": {"k": [{"v": i}, {"w": i}]}} for i in range(events)])
-    offset = _corrupt(path, broken, f'"{broken}" "no comma"'.encode())
+    _corrupt(path, broken, f'"{broken}" "no comma"'.encode())
     path.write_bytes(path.read_bytes()[: -cut or None])
+    offset = path.read_bytes().index(b'"no comma"')
     error = _same_error_either_way(path)
-    assert str(path) in error
-    assert problem in error
-    assert f"near byte {offset:,})" in error
+    assert error == f"{path}: not valid JSON at byte {offset:,}: expected ',' or '}}'"
 
 
 def test_non_object_event_in_middle_block_same_error(tmp_path, small_blocks):

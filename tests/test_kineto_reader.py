@@ -188,7 +188,7 @@ def test_gzip_and_plain_read_the_same(small, tmp_path):
         (b'{"foo": 1}', "no 'traceEvents' array"),
         (b'{"foo": ', "not valid JSON"),
         (b'{"traceEvents": [1, 2, 3]}', "not an object"),
-        (b'{"traceEvents": []} trailing', "does not close"),
+        (b'{"traceEvents": []} trailing', "data after the end of the JSON document"),
     ],
 )
 def test_bad_input_names_file_and_problem(tmp_path, content, message):

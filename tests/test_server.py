@@ -13,11 +13,14 @@ from typing import Any
 
 import pytest
 
-from workbench.limits import MAX_ITERATIONS
+from workbench.backends import list_variants
+from workbench.limits import MAX_BATCH, MAX_ITERATIONS
+from workbench.profiling import profilers
 from workbench.progress import JsonProgress
 from workbench.server.capture_request import CaptureRequestError, capture_args
 from workbench.server.jobs import LOG_LINES, JobManager
-from workbench.trace.bundle import list_bundles
+from workbench.trace import read_trace
+from workbench.trace.bundle import list_bundles, write_bundle
 from workbench.trace.experiment import write_experiment
 
 pytest.importorskip("jupyter_server", reason="jupyter_server is not installed (pip install -e .[lab])")
@@ -25,6 +28,7 @@ pytest.importorskip("pytest_jupyter", reason="pytest-jupyter is not installed (p
 
 # pytest-jupyter's fixtures, for this module only: as a plugin (`pytest_plugins`) its autouse event-loop and
 # server-cleanup fixtures and its test-call hook would apply to every test of the suite.
+from conftest import payload_trace
 from pytest_jupyter.jupyter_server import *  # noqa: F403
 from server_api import TINY_JOB, Api, is_finished, make_run, server_config
 
@@ -52,7 +56,7 @@ def traces(jp_root_dir) -> Path:
 ROUTES = [("GET", "runs", None), ("GET", "runs/a", None), ("GET", "runs/a/dashboard", None),
           ("DELETE", "runs/a", None), ("POST", "compare", {"runs": ["a", "a"]}), ("GET", "jobs", None),
           ("POST", "jobs", TINY_JOB), ("GET", "jobs/0123", None), ("DELETE", "jobs/0123", None),
-          ("GET", "config", None), ("PUT", "config", {"traces_root": "elsewhere"})]
+          ("GET", "config", None), ("PUT", "config", {"traces_root": "elsewhere"}), ("GET", "capture/options", None)]
 
 
 @pytest.mark.parametrize(("method", "path", "body"), ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES])
@@ -119,6 +123,20 @@ def test_summary_dashboard_and_compare(api, traces, tmp_path):
     compared = api.ok("POST", "compare", {"runs": ["a", "b"]})
     assert compared["runs"] == ["a", "b"]
     assert compared["item"]["doc"]["roots"]
+
+
+def test_views_add_what_the_kind_of_runs_adds(api, traces, tmp_path):
+    trace = read_trace(payload_trace(tmp_path / "rank.json"))
+    for rank in (0, 1):
+        write_bundle(traces, f"rank{rank}", {"variant": f"rank{rank}", "rank": rank, "world_size": 2}, trace)
+    write_bundle(traces, "gen", {"kind": "generation", "variant": {"name": "mha-fp32"},
+                                 "llm": {"ttft_ms": 3.0, "tpot_ms": 1.0, "tpot_p99_ms": 1.5}}, trace)
+    ranks = json.dumps(api.ok("POST", "compare", {"runs": ["rank0", "rank1"], "width": 800})["item"])
+    assert "2 ranks on one time axis" in ranks and "step time per rank (ms)" in ranks
+    generation = json.dumps(api.ok("GET", "runs/gen/dashboard")["item"])
+    assert "time to first token" in generation and "decode timeline" in generation
+    plain = json.dumps(api.ok("GET", "runs/rank0/dashboard")["item"])  # one rank: its dashboard alone
+    assert "ranks on one time axis" not in plain and "time to first token" not in plain
 
 
 @pytest.mark.parametrize(("body", "status", "words"), [
@@ -253,6 +271,39 @@ def test_capture_args_follow_the_cli_options():
         capture_args({})
     with pytest.raises(CaptureRequestError, match="iterations"):
         capture_args({"model": "mlp", "iterations": 0})
+
+
+def test_capture_options_describe_every_job_key(api):
+    options = api.ok("GET", "capture/options")
+    fields = {field["key"]: field for field in options["fields"]}
+    for key in ("model", "variants", "batch", "device", "profiler", "kernel_name", "launch_count", "overrides"):
+        assert key in fields
+    assert fields["batch"] | {"choices": None} == {"key": "batch", "type": "integer", "nullable": False, "default": 4,
+                                                  "minimum": 1, "maximum": MAX_BATCH, "choices": None,
+                                                  "flag": "--batch"}
+    assert fields["seq"]["nullable"] and fields["seq"]["default"] is None
+    assert fields["profiler"]["choices"] == profilers() == [p["name"] for p in options["profilers"]]
+    assert fields["variants"]["choices"] == list_variants() == [v["name"] for v in options["variants"]]
+    assert all(v["description"] for v in options["variants"])
+    assert options["devices"][0] == "cpu" and "mlp" in options["models"]
+    # every key the options name is one a job takes, and nothing else is
+    code, reply = api.call("POST", "jobs", {"model": "mlp", "seed": 1})
+    assert code == 400 and f"valid: {', '.join(fields)}" in reply["message"]
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    ({"model": "mlp", "profiler": "perf"}, "unknown profiler 'perf'"),
+    ({"model": "mlp", "device": "gpu0"}, "invalid device 'gpu0'"),
+    ({"model": "mlp", "variants": ["eager", "turbo"]}, "unknown variant 'turbo'"),
+    ({"model": "mlp", "variants": ["eager", "eager"]}, "listed more than once"),
+    ({"model": "mlp", "launch_count": 0}, "--launch-count"),
+    ({"model": "mlp", "kernel_name": ""}, "kernel_name: expected a non-empty string"),
+])
+def test_job_settings_are_checked_as_the_cli_checks_them(api, body, words):
+    code, reply = api.call("POST", "jobs", body)
+    assert code == 400, reply
+    assert words in reply["message"]
+    assert api.ok("GET", "jobs") == {"jobs": []}
 
 
 def test_unknown_jobs_are_404(api):

@@ -1,7 +1,7 @@
 """Ctrl-C in the command line: exit code 130 and no traceback, from the first moment of a command.
 
 Inside a command, KeyboardInterrupt unwinds through the writers (which keep nothing half-written) up to
-the command group (`workbench.terminal.CommandGroup`), which exits 130. Before that, while Python loads
+the command group (`workbench.cli.render.CommandGroup`), which exits 130. Before that, while Python loads
 the command line itself, a KeyboardInterrupt would end in a traceback and a death by signal;
 `QuietWhileLoading()` covers that window: nothing has been written yet, so it exits at once. This
 module is the first the command line imports, so it imports next to nothing itself.

@@ -11,21 +11,22 @@ from bokeh.embed import file_html
 from bokeh.models import LayoutDOM, TabPanel, Tabs
 from bokeh.resources import INLINE
 
-from workbench.analysis.summary import display_name
 from workbench.trace.bundle import Bundle
+from workbench.trace.records import display_name
 
 
 def report_layout(bundles: Sequence[Bundle]) -> LayoutDOM:
-    """One run: its dashboard. Several: the comparison first, then each run's dashboard in a tab."""
-    from workbench.views.compare import compare
+    """One run: its dashboard. Several: the comparison first, then each run's dashboard in a tab. Before them,
+    in tabs of their own, the views their kind adds (`views.run_kinds`: generation runs, ranks of a job)."""
     from workbench.views.dashboard import dashboard
+    from workbench.views.experiments import experiments_view
+    from workbench.views.run_kinds import with_kind_views
 
     if len(bundles) == 1:
-        return dashboard(bundles[0])
-    panels = [TabPanel(child=compare(bundles), title="compare")]
-    panels += [TabPanel(child=dashboard(b), title=str(display_name(b.info.get("variant")) or b.run_id))
-               for b in bundles]
-    return Tabs(tabs=panels)
+        return with_kind_views(dashboard(bundles[0]), bundles, "runs")
+    panels = [TabPanel(child=experiments_view(bundles), title="compare")]
+    panels += [TabPanel(child=dashboard(b), title=display_name(b.record)) for b in bundles]
+    return with_kind_views(Tabs(tabs=panels), bundles, "runs")
 
 
 def write_report(layout: LayoutDOM, path: str | os.PathLike[str], title: str) -> Path:

@@ -1,14 +1,16 @@
-"""The body of `POST jobs` as `workbench capture` options, checked by the CLI's own option parser.
+"""The body of `POST jobs` as `workbench capture` options, checked as the CLI checks them before it runs.
 
     {"model": "mlp", "variants": ["eager", "int8"], "batch": 2, "iterations": 10, "profile": false,
      "overrides": {"hidden": 64}}   ->   --model mlp --variants eager,int8 --batch 2 --iterations 10
                                          --no-profile --set hidden=64
 
-Keys are the capture command's parameter names; where the server decides (traces root, output format,
-report file) the key is refused, as is any key the command lacks. `model` is required (an empty body is
-no request for the CLI's default capture). Values keep their JSON types: an integer option takes a JSON
-integer, a flag `true`/`false`, `null` leaves the CLI's default. Numbers are bounded by
-`workbench.limits`; the model must pass the server's `ModelPolicy`.
+Keys are the capture command's parameter names, one per setting (`capture_fields`, derived from the
+settings dataclasses); where the server decides (traces root, output format, report file) there is no key,
+and any other key is refused. `model` is required (an empty body is no request for the CLI's default
+capture). Values keep their JSON types: an integer option takes a JSON integer, a flag `true`/`false`,
+`null` leaves the CLI's default. Numbers are bounded by `workbench.limits`; the model must pass the server's
+`ModelPolicy`; the settings they make must pass the checks a capture makes before it runs (the settings'
+own, known variants, a device name, a usable profiler).
 """
 
 from __future__ import annotations
@@ -17,17 +19,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import click
-
-from workbench.cli import capture
 from workbench.errors import WorkbenchError
 from workbench.limits import check_limits
 from workbench.models.registry import list_models
+from workbench.server.capture_fields import PROFILE_FIELD, CaptureField, capture_fields
 from workbench.server.model_policy import ModelPolicy
 
-OPTIONS = ("model", "variants", "batch", "seq", "device", "iterations", "warmup", "threads", "profile",
-           "steady_state_only", "profile_steps", "with_stack", "overrides")
-"""The capture options a job may set (`overrides` is the CLI's repeated `--set KEY=VALUE`)."""
 MAX_WORD = 4096
 """Longest string option (model, device, variants): far above any real one, far below the OS's limit
 on one command-line argument (128 KiB on Linux)."""
@@ -40,53 +37,86 @@ class CaptureRequestError(WorkbenchError):
 def capture_args(body: Any, policy: ModelPolicy | None = None) -> list[str]:
     """The `workbench capture` arguments `body` asks for (a JSON object), validated as the CLI would, within
     `workbench.limits`, with a model `policy` allows (default: built-in models only). Raises
-    CaptureRequestError, LimitError or ModelRefused."""
+    CaptureRequestError, LimitError or ModelRefused. Imports torch (the settings' checks need it)."""
+    fields = {field.key: field for field in capture_fields()}
     if not isinstance(body, Mapping):
-        raise CaptureRequestError(f"the body must be a JSON object of capture options ({', '.join(OPTIONS)})")
-    unknown = sorted(set(body) - set(OPTIONS))
+        raise CaptureRequestError(f"the body must be a JSON object of capture options ({', '.join(fields)})")
+    unknown = sorted(set(body) - set(fields))
     if unknown:
         raise CaptureRequestError(f"unknown capture option(s) {', '.join(map(repr, unknown))}; "
-                                  f"valid: {', '.join(OPTIONS)}")
+                                  f"valid: {', '.join(fields)}")
     model = body.get("model")
     if model is None:
         raise CaptureRequestError(f"model: required (a built-in model: {', '.join(list_models())})")
     if not isinstance(model, str) or not _is_word(model):
         raise CaptureRequestError(f"model: expected a model name, got {model!r:.200}")
     model = (policy or ModelPolicy()).checked_model(model)
-    params = {param.name: param for param in capture.params if isinstance(param, click.Option)}
     args: list[str] = []
+    values: dict[str, Any] = {}
     for key, value in body.items():
+        if value is None:
+            continue
+        field = fields[key]
         if key == "overrides":
             args += _set_args(value)
         elif key == "variants" and isinstance(value, list):
-            args += _option_args(params[key], _joined_variants(value))
+            args += _option_args(field, _joined_variants(value))
         else:
-            args += _option_args(params[key], model if key == "model" else value)
+            args += _option_args(field, model if key == "model" else value)
+        values[key] = _variant_names(value) if key == "variants" else value
     check_limits(body)
-    try:
-        with capture.make_context("capture", list(args)):
-            pass
-    except click.ClickException as exc:
-        raise CaptureRequestError(exc.format_message()) from exc
+    _check_settings({**values, "model": model})
     return args
 
 
-def _option_args(param: click.Option, value: Any) -> list[str]:
-    """The command-line words that give `param` the JSON `value`."""
-    name = param.name
-    if value is None:
-        return []
-    if param.is_flag:
+def _option_args(field: CaptureField, value: Any) -> list[str]:
+    """The command-line words that give `field` the JSON `value` (not None): a boolean is a flag (`--no-<key>`
+    for false where the default is true), any other value the option and its text."""
+    name = field.key
+    if field.type == "boolean":
         if not isinstance(value, bool):
             raise CaptureRequestError(f"{name}: expected true or false, got {value!r}")
-        if param.secondary_opts:  # --profile/--no-profile
-            return [param.opts[0] if value else param.secondary_opts[0]]
-        return [param.opts[0]] if value else []
-    expected = int if isinstance(param.type, click.types.IntParamType) else str
-    if isinstance(value, bool) or not isinstance(value, expected) or (expected is str and not _is_word(value)):
-        kind = "an integer" if expected is int else "a non-empty string without control characters"
-        raise CaptureRequestError(f"{name}: expected {kind}, got {value!r:.200}")
-    return [param.opts[0], str(value)]
+        if value:
+            return [field.flag]
+        return [f"--no-{field.flag.removeprefix('--')}"] if field.default else []
+    if field.type == "integer":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise CaptureRequestError(f"{name}: expected an integer, got {value!r:.200}")
+        if field.minimum is not None and value < field.minimum:
+            raise CaptureRequestError(f"{name} ({field.flag}): must be at least {field.minimum}, got {value!r}")
+    elif not isinstance(value, str) or not _is_word(value):
+        raise CaptureRequestError(f"{name}: expected a non-empty string without control characters, "
+                                  f"got {value!r:.200}")
+    return [field.flag, str(value)]
+
+
+def _check_settings(values: Mapping[str, Any]) -> None:
+    """Make the settings the request's `values` describe and check them as a capture does before it runs: the
+    settings' own checks, the profiler (its tool, the device it needs), each variant's name and the device's."""
+    from workbench.backends import get_variant
+    from workbench.experiment import ExperimentSettings
+    from workbench.profiling import check_profiler
+    from workbench.profiling.settings import ProfileSettings
+
+    top: dict[str, Any] = {}
+    profile: dict[str, Any] = {}
+    for field in capture_fields():
+        if field.key in values:
+            value = not values[field.key] if field.inverted else values[field.key]
+            (profile if field.path[0] == PROFILE_FIELD else top)[field.path[-1]] = value
+    try:
+        settings = ExperimentSettings(**top, profile_settings=ProfileSettings(**profile))
+        check_profiler(settings.profiler, settings.device, settings.profile)
+        for name in settings.variants:
+            get_variant(name, settings.batch, settings.device)
+    except WorkbenchError as exc:
+        raise CaptureRequestError(str(exc)) from exc
+
+
+def _variant_names(value: str | list[str]) -> tuple[str, ...]:
+    """Variant names from a JSON list, or from a comma-separated string as the CLI's `--variants` reads it."""
+    items = value if isinstance(value, list) else value.split(",")
+    return tuple(item.strip() for item in items if item.strip())
 
 
 def _is_word(text: str) -> bool:

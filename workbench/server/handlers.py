@@ -2,14 +2,18 @@
 
     GET    runs                 runs and experiments of the traces root (the rows of `workbench ls --json`)
     GET    runs/<id>            one run's summary (`workbench show --json`; `?top=N` rows per op table)
-    GET    runs/<id>/dashboard  {"run", "item"}: Bokeh `json_item` of the run's dashboard (`?width=N` pixels)
+    GET    runs/<id>/dashboard  {"run", "item"}: Bokeh `json_item` of the run's dashboard (`?width=N` pixels),
+                                after the views its kind adds (a generation run's)
     DELETE runs/<id>            delete the run (`workbench rm`); for a link to a run, the link only
-    POST   compare              {"runs": [ids], "width"?: N} -> {"runs", "item"}: json_item of their comparison
+    POST   compare              {"runs": [ids], "width"?: N} -> {"runs", "item"}: json_item of their comparison,
+                                after the views their kind adds (generation runs, the ranks of a job)
     GET    jobs                 every capture job, oldest first
     POST   jobs                 capture options (see `capture_request`) -> 202 and the job's status
                                 (403: a model the server's policy refuses; 429: the queue is full)
     GET    jobs/<id>            a job's status: progress, log tail, exit code, the CLI's JSON result
     DELETE jobs/<id>            cancel a job; returns its final status
+    GET    capture/options      the capture options a job takes (`capture_fields.capture_options`): each with its
+                                type, default, bounds and choices; the variants, profilers, devices and models
     GET    config               {"traces_root", "default_traces_root"}: the folder the API reads and captures into
     PUT    config               {"traces_root": path} changes it for this server ("" restores the configured one)
 
@@ -37,6 +41,7 @@ from tornado.ioloop import IOLoop
 
 from workbench.analysis.summary import run_row
 from workbench.errors import BundleError, WorkbenchError
+from workbench.server.capture_fields import capture_options
 from workbench.server.capture_request import capture_args
 from workbench.server.jobs import Job, QueueFull
 from workbench.server.model_policy import ModelRefused
@@ -243,19 +248,24 @@ def _unlink(link: Path, run_id: str) -> None:
 class DashboardHandler(WorkbenchHandler):
     @tornado.web.authenticated
     async def get(self, run_id: str) -> None:
-        """The run's dashboard as a Bokeh json_item (embed with `Bokeh.embed.embed_item`)."""
+        """The run's dashboard as a Bokeh json_item (embed with `Bokeh.embed.embed_item`), after the views its
+        kind adds (`views.run_kinds`)."""
         from workbench.views.dashboard import dashboard
+        from workbench.views.run_kinds import with_kind_views
 
         sized = _sized(self.query_int("width", *WIDTHS, "pixels"))
         bundle = self.open_run(run_id)
-        self.reply({"run": bundle.run_id, "item": await self.in_thread(lambda: _item(dashboard(bundle, **sized)))})
+        self.reply({"run": bundle.run_id, "item": await self.in_thread(
+            lambda: _item(with_kind_views(dashboard(bundle, **sized), [bundle], "dashboard", **sized)))})
 
 
 class CompareHandler(WorkbenchHandler):
     @tornado.web.authenticated
     async def post(self) -> None:
-        """The comparison of two or more runs, `{"runs": [ids], "width": pixels}`, as a Bokeh json_item."""
-        from workbench.views.compare import compare
+        """The comparison of two or more runs, `{"runs": [ids], "width": pixels}`, as a Bokeh json_item, after the
+        views their kind adds (`views.run_kinds`: the ranks view of a job's ranks)."""
+        from workbench.views.experiments import experiments_view
+        from workbench.views.run_kinds import with_kind_views
 
         body = self.body_object(("runs", "width"))
         ids = body.get("runs")
@@ -265,7 +275,8 @@ class CompareHandler(WorkbenchHandler):
             raise ApiError(400, f"runs: a run is named more than once in {ids!r}")
         sized = _sized(body.get("width"))
         bundles = [self.open_run(run_id) for run_id in ids]
-        self.reply({"runs": ids, "item": await self.in_thread(lambda: _item(compare(bundles, **sized)))})
+        self.reply({"runs": ids, "item": await self.in_thread(
+            lambda: _item(with_kind_views(experiments_view(bundles, **sized), bundles, "compare", **sized)))})
 
 
 def _sized(value: Any) -> dict[str, int]:
@@ -293,11 +304,12 @@ class JobsHandler(WorkbenchHandler):
         self.reply({"jobs": [jobs.describe(job) for job in jobs.jobs()]})
 
     @tornado.web.authenticated
-    def post(self) -> None:
-        """Start a capture job (or queue it when the job slots are taken): 202 and its status."""
+    async def post(self) -> None:
+        """Start a capture job (or queue it when the job slots are taken): 202 and its status. The request is
+        checked in a worker thread (its first check imports torch)."""
         body = self.json_body()
         try:
-            args = capture_args(body, self.state.policy)
+            args = await IOLoop.current().run_in_executor(None, capture_args, body, self.state.policy)
         except ModelRefused as exc:
             raise ApiError(403, str(exc)) from exc
         except WorkbenchError as exc:  # CaptureRequestError, LimitError
@@ -331,6 +343,13 @@ class JobHandler(WorkbenchHandler):
         if job.is_finished:
             raise ApiError(409, f"job {job_id!r} has already ended ({job.status})")
         self.reply(json_safe(self.state.jobs.describe(await self.state.jobs.cancel(job))))
+
+
+class CaptureOptionsHandler(WorkbenchHandler):
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        """The options a capture job takes, for a client's capture form (`capture_fields.capture_options`)."""
+        self.reply(json_safe(await self.in_thread(capture_options)))
 
 
 class ConfigHandler(WorkbenchHandler):
@@ -369,6 +388,7 @@ def api_handlers(state: ServerState) -> list[tuple[str, type[WorkbenchHandler], 
         ("compare", CompareHandler),
         ("jobs", JobsHandler),
         (r"jobs/(?P<job_id>[^/]+)", JobHandler),
+        ("capture/options", CaptureOptionsHandler),
         ("config", ConfigHandler),
     ]
     return [(f"workbench/api/{path}", handler, {"state": state}) for path, handler in routes]

@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from workbench.cli import EXIT_INTERRUPTED, EXIT_PARTIAL
-from workbench.errors import WorkbenchError
+from workbench.errors import EXIT_INTERRUPTED, EXIT_PARTIAL, WorkbenchError
 from workbench.trace.bundle import utc_now
 
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]

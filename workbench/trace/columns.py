@@ -56,9 +56,10 @@ def group_codes(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return codes.astype(np.int32), first
 
 
-def raw_strings(values: Any) -> tuple[pa.Array, np.ndarray]:
-    """An Arrow string array of raw JSON byte strings (empty → null) and the mask of present ones,
-    built from one joined buffer rather than a Python string per value."""
+def raw_strings(values: Any) -> tuple[pa.Array, np.ndarray, int]:
+    """An Arrow string array of raw JSON byte strings (empty → null), the mask of present ones, and how
+    many held bytes that are not UTF-8 (inside a JSON string: a decoder keeping raw JSON does not check
+    them), which are decoded with U+FFFD. Built from one joined buffer rather than a Python string per value."""
     n = len(values)
     lengths = np.fromiter(map(len, values), dtype=np.int64, count=n)
     present = lengths > 0
@@ -72,7 +73,27 @@ def raw_strings(values: Any) -> tuple[pa.Array, np.ndarray]:
          pa.py_buffer(b"".join(values))],
         null_count=int(n - present.sum()),
     )
-    return array, present
+    try:
+        array.validate(full=True)
+    except pa.ArrowInvalid:
+        texts = [_utf8(v) for v in values]
+        replaced = sum(1 for text in texts if isinstance(text, _Replaced))
+        return pa.array(texts, array.type), present, replaced
+    return array, present, 0
+
+
+class _Replaced(str):
+    """Text decoded with U+FFFD for bytes that are not UTF-8."""
+
+
+def _utf8(data: Any) -> str | None:
+    """A raw value (bytes, or msgspec.Raw) as text; None when empty."""
+    if not len(data):
+        return None
+    try:
+        return str(memoryview(data), "utf-8")
+    except UnicodeDecodeError:
+        return _Replaced(str(memoryview(data), "utf-8", "replace"))
 
 
 def lookup(keys: np.ndarray, ref_keys: np.ndarray, ref_values: np.ndarray, missing: int = -1) -> np.ndarray:

@@ -64,7 +64,15 @@ from workbench.trace.kineto_pairs import pair_spans
 from workbench.trace.kineto_records import EventSchemaError, Phase
 from workbench.trace.kineto_tables import counters_table, device_list, device_names, memory_table, names_metadata
 from workbench.trace.kineto_tracks import host_thread_tracks, place, track_labels
-from workbench.trace.kineto_values import INT64_MAX, JSON_DEPTH_LIMIT, MISSING, decode_json, deep_json, merge_json
+from workbench.trace.kineto_values import (
+    INT64_MAX,
+    JSON_DEPTH_LIMIT,
+    MISSING,
+    decode_json,
+    deep_json,
+    merge_json,
+    plain,
+)
 from workbench.trace.launches import launchers
 from workbench.trace.model import Trace
 from workbench.trace.nesting import nest_spans
@@ -402,9 +410,9 @@ class _Assembler:
                                  "memory records")
         return {
             "source": {"format": "kineto", "file": str(self.path), "bytes": self.path.stat().st_size,
-                       "header": header},
+                       "header": plain(header)},
             "origin_ns": origin_ns,
-            "devices": devices,
+            "devices": plain(devices),
             "processes": processes,
             "threads": threads,
             "reader": {"records": records, "events": n_events, "memory": n_memory, "counters": n_counters,

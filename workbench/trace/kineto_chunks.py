@@ -115,6 +115,7 @@ _COUNTER_CODES = phase_codes(["C"])
 BAD_TS = "records whose ts is not a number (not rows)"
 FAR_TS = "records whose ts is out of range, |ts| >= 2^62 ns (not rows)"
 LOOSE_ARGS = "args values of an unexpected type or past int64 (kept in args only)"
+NOT_UTF8_ARGS = "args holding bytes that are not UTF-8 (decoded with U+FFFD)"
 
 
 @dataclass
@@ -300,7 +301,8 @@ def _event_columns(cols: dict[str, tuple], rows: np.ndarray, ph: Strings, name: 
         return column if everything else tuple(itertools.compress(column, keep))
 
     args = kept(cols["args"])
-    raw, present = raw_strings(args)
+    raw, present, not_utf8 = raw_strings(args)
+    skipped[NOT_UTF8_ARGS] += not_utf8
     n = len(rows)
     cats = kept(cols["cat"])
     cat = Strings(np.fromiter(map(CATEGORY_CODE.__getitem__, map(id, cats)), dtype=np.int32, count=n),
@@ -417,7 +419,7 @@ def _spread_raw(values: tuple[msgspec.Raw, ...], where: np.ndarray, n: int) -> p
     """Raw JSON values of the rows that had args, as strings at those rows (null elsewhere)."""
     if not len(where):
         return pa.nulls(n, pa.string())
-    compact, _ = raw_strings(values)
+    compact, _, _ = raw_strings(values)
     if len(where) == n:
         return compact
     index = np.full(n, -1, dtype=np.int64)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import math
 import re
 import sys
@@ -37,6 +38,10 @@ longer fit int64 nanoseconds apart. Epoch microseconds reach it in the year 2116
 JSON_DEPTH_LIMIT = 20_000
 """Nesting (of `args`, say) the decoders accept: msgspec recurses per level and stops at Python's
 recursion limit (1,000 by default), which real traces with deep stacks in args come close to."""
+
+METADATA_DEPTH = 64
+"""Nesting kept as it is in metadata; deeper values are kept as their JSON text, since Python's `json` and
+the bundle writer recurse once per level and stop near 1,000."""
 
 _NAMED_BASE = -(2**62)
 _DECIMAL_INT = re.compile(r"[+-]?[0-9]+")
@@ -123,12 +128,22 @@ _ANY_WIDE = msgspec.json.Decoder(float_hook=_float_or_decimal)
 _ENCODER = msgspec.json.Encoder(decimal_format="number")
 
 
+def _int_or_decimal(text: str) -> int | Decimal:
+    """json int hook: an integer past 64 bits as a Decimal, as msgspec's float hook gives numbers past float64."""
+    value = int(text) if len(text) < 22 else None  # int() refuses 4,300 digits or more
+    return value if value is not None and -(2**63) <= value < 2**64 else Decimal(text)
+
+
 def decode_json(text: bytes | str) -> Any:
-    """Decode JSON of any shape; numbers past float64 come back as Decimals (msgspec refuses them)."""
+    """Decode JSON of any shape; numbers past float64 and integers past 64 bits come back as Decimals
+    (msgspec refuses them: the first are decoded again with its float hook, the second by Python's json)."""
     try:
         return _ANY.decode(text)
     except msgspec.ValidationError:  # "Number out of range"
-        return _ANY_WIDE.decode(text)
+        try:
+            return _ANY_WIDE.decode(text)
+        except msgspec.ValidationError:  # "Integer value out of range"
+            return json.loads(text, parse_float=_float_or_decimal, parse_int=_int_or_decimal)
 
 
 def encode_json(value: Any) -> bytes:
@@ -136,15 +151,19 @@ def encode_json(value: Any) -> bytes:
     return _ENCODER.encode(value)
 
 
-def plain(value: Any) -> Any:
-    """`value` with the Decimals `decode_json` gives for numbers past float64 as their text, so that it
-    can go where any JSON encoder may write it (metadata)."""
+def plain(value: Any, levels: int = METADATA_DEPTH) -> Any:
+    """`value` with the Decimals `decode_json` gives for numbers past float64 as their text, and what is
+    nested more than `levels` deep as its JSON text, so that it can go where any JSON encoder or decoder
+    may write or read it (metadata, in run.json)."""
     if isinstance(value, Decimal):
         return str(value)
+    if isinstance(value, (dict, list)) and levels <= 0:
+        with deep_json():
+            return encode_json(value).decode()
     if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
+        return {k: plain(v, levels - 1) for k, v in value.items()}
     if isinstance(value, list):
-        return [plain(v) for v in value]
+        return [plain(v, levels - 1) for v in value]
     return value
 
 

@@ -277,7 +277,7 @@ def _launch_configuration(values: dict[str, Any]) -> dict[str, Any]:
     if values.get("registersPerThread") is not None:
         first["registers per thread"] = values.pop("registersPerThread")
     shared = (values.get("staticSharedMemory"), values.get("dynamicSharedMemory"))
-    if None not in shared:
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in shared):  # else only as written
         first["shared memory"] = shared[0] + shared[1]
     return {**first, **values}
 

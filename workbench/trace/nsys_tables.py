@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from workbench.errors import TraceFormatError, WorkbenchError
 from workbench.trace.columns import dict_array, json_labels, json_objects, json_values
+from workbench.trace.schema import TIME_LIMIT_NS
 
 KERNELS = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -43,8 +44,6 @@ SYNCHRONIZATION = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 NVTX = "NVTX_EVENTS"
 MEMORY = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 
-TIME_LIMIT_NS = 2**62
-"""Times (ns) of this magnitude or more are out of range (see the module docstring)."""
 _TIME_COLUMNS = ("start", "end")
 _FETCH_ROWS = 65536
 _SAMPLE_ROWS = 4096
@@ -102,7 +101,10 @@ def open_export(path: Path) -> Iterator[NsysExport]:
     except sqlite3.DatabaseError as exc:
         if "not a database" in str(exc):
             raise TraceFormatError(path, "not an SQLite database") from exc
-        raise TraceFormatError(path, f"corrupt or truncated SQLite database ({exc})") from exc
+        raise TraceFormatError(path, f"corrupt or truncated SQLite database ({_one_line(str(exc))})") from exc
+    except UnicodeDecodeError as exc:  # an SQLite error message quoting a corrupt schema's bytes
+        message = exc.object.decode("utf-8", "replace") if isinstance(exc.object, bytes) else "?"
+        raise TraceFormatError(path, f"corrupt or truncated SQLite database ({_one_line(message)})") from exc
     finally:
         con.close()
 
@@ -322,6 +324,13 @@ class NsysExport:
 
 
 # -- helpers ----------------------------------------------------------------------------------------
+
+def _one_line(message: str, limit: int = 200) -> str:
+    """An SQLite error message on one line and cut to `limit` characters (a corrupt schema's message quotes
+    the damaged CREATE TABLE statement, comments and line breaks included)."""
+    text = " ".join(message.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
 
 def _decode_text(raw: bytes) -> str:
     """SQLite TEXT as str: UTF-8, invalid bytes replaced rather than an error for the whole read."""

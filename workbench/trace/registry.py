@@ -4,12 +4,14 @@ A reader registers a name, the file suffixes it claims, a sniff test on the file
 and the function that reads it. `read_trace` picks the reader by sniffing, so a misnamed file
 still reads, and an unknown one fails with the list of formats. A format whose traces can be
 folders (an XSpace run) also gives `accepts_dir`; a folder goes to the first format that accepts it.
+Input that is neither a regular file nor a folder (a FIFO, a device) is refused before it is opened.
 """
 
 from __future__ import annotations
 
 import gzip
 import os
+import stat
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ from workbench.errors import TraceFormatError
 from workbench.trace.model import Trace
 
 SNIFF_BYTES = 4096
+_WHITESPACE = b" \t\r\n"
 
 
 @dataclass(frozen=True)
@@ -47,28 +50,63 @@ def formats() -> list[str]:
 
 
 def _head(path: Path) -> bytes:
-    """The first bytes of the file's content, decompressed if it is gzip."""
+    """The first bytes of the file's content, decompressed if it is gzip (past any leading whitespace
+    longer than that, which a sniff could not see past)."""
     try:
         with open(path, "rb") as f:
             head = f.read(SNIFF_BYTES)
-    except IsADirectoryError as exc:
-        raise TraceFormatError(path, "is a folder, not a trace file") from exc
     except OSError as exc:
         raise TraceFormatError(path, f"cannot open: {exc.strerror}") from exc
-    if head[:2] == b"\x1f\x8b":
+    gz = head[:2] == b"\x1f\x8b"
+    if gz:
         try:
-            return zlib.decompressobj(wbits=31).decompress(head, SNIFF_BYTES)
+            head = zlib.decompressobj(wbits=31).decompress(head, SNIFF_BYTES)
         except zlib.error as exc:
             raise TraceFormatError(path, f"corrupt gzip data ({exc})") from exc
+    if len(head) == SNIFF_BYTES and not head.strip(_WHITESPACE):
+        return _after_whitespace(path, gz) or head
     return head
+
+
+def _after_whitespace(path: Path, gz: bool) -> bytes | None:
+    """The first bytes of the file's content from its first that is not whitespace on (None if none is)."""
+    try:
+        with gzip.open(path, "rb") if gz else open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                if text := block.lstrip(_WHITESPACE):
+                    return text[:SNIFF_BYTES]
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise TraceFormatError(path, f"corrupt or truncated gzip data ({exc})") from exc
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot read: {exc.strerror or exc}") from exc
+    return None
+
+
+_NOT_REGULAR = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+                stat.S_IFBLK: "a block device"}
+
+
+def _input_is_folder(path: Path) -> bool:
+    """Whether the input `path` is a folder, else a regular file: anything else is refused before it is
+    opened (opening a named pipe would wait for a writer)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError as exc:
+        raise TraceFormatError(path, "no such file") from exc
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot open: {exc.strerror}") from exc
+    if stat.S_ISDIR(mode):
+        return True
+    if not stat.S_ISREG(mode):
+        kind = _NOT_REGULAR.get(stat.S_IFMT(mode), "not a file")
+        raise TraceFormatError(path, f"is not a regular file ({kind}): give a trace file or a profile folder")
+    return False
 
 
 def sniff_format(path: str | os.PathLike[str]) -> str:
     """The name of the format whose sniff test accepts the file's first bytes (or that accepts the folder)."""
     path = Path(path)
-    if not path.exists():
-        raise TraceFormatError(path, "no such file")
-    if path.is_dir():
+    if _input_is_folder(path):
         for fmt in _FORMATS.values():
             if fmt.accepts_dir is not None and fmt.accepts_dir(path):
                 return fmt.name
@@ -76,7 +114,7 @@ def sniff_format(path: str | os.PathLike[str]) -> str:
         raise TraceFormatError(path, f"a folder holding no trace that a folder-reading format "
                                      f"({', '.join(readers) or 'none registered'}) recognizes")
     head = _head(path)
-    if not head.strip():
+    if not head.strip(_WHITESPACE):
         raise TraceFormatError(path, "empty file" if not head else "empty file (only whitespace)")
     by_suffix = [f for f in _FORMATS.values() if any(str(path).endswith(s) for s in f.suffixes)]
     for fmt in [*by_suffix, *_FORMATS.values()]:
@@ -91,6 +129,8 @@ def read_trace(path: str | os.PathLike[str], format: str | None = None) -> Trace
     name = format or sniff_format(path)
     if name not in _FORMATS:
         raise TraceFormatError(path, f"unknown format {name!r} (known: {', '.join(formats())})")
+    if format is not None and _input_is_folder(path) and _FORMATS[name].accepts_dir is None:
+        raise TraceFormatError(path, f"is a folder, not a {name} trace file")
     try:
         return _FORMATS[name].read(path)
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:

@@ -9,6 +9,10 @@ import pyarrow as pa
 
 SCHEMA_VERSION = 1
 
+TIME_LIMIT_NS = 2**62
+"""Readers leave out records whose start or end (on the profiler's clock) is not within ±TIME_LIMIT_NS, and
+count them: any two kept times are then less than 2**63 ns apart, so their difference fits int64."""
+
 _dict_str = pa.dictionary(pa.int32(), pa.string())
 
 EVENTS = pa.schema(

@@ -35,23 +35,34 @@ range whose name has no `::` or `(` counts as an annotation when it encloses ano
 a jitted call; one enclosing neither reads as `op`.
 
 Times are integer ns from the earliest event (`metadata["origin_ns"]` is that event's time on the
-profile's clock). A folder is read as a TensorBoard log: the run folder itself (`plugins/profile/<run>/`)
-or a `logdir` / `plugins/profile` above it, whose newest run (by name: runs are named by timestamp) is
-read. A run with several hosts' files reads them all, host tracks then naming the host
-(`cpu/<host>/python`) and devices too (`<host>/cuda:4`, track `<host>/cuda:4/Stream #134(Compute)`), so
-two hosts' GPU 4 stay apart; the device column stays `cuda:N` / `tpu:N` for a single host. `pid` is the
-file's index among the run's hosts (0 for one file), `tid` the line's index in its plane. `corr` is
-the CUPTI correlation id (counted per process, so it links rows with the same `pid` only); a GPU
-kernel's or copy's `launcher` is the host op (else annotation) around the runtime call with its
-correlation id on that host (`workbench.trace.launches`). TPU work has no correlation ids (XSpace
-links it by run ids, kept in args).
+profile's clock). Nothing is changed silently: `metadata["reader"]["skipped"]` counts the events left out
+because their start or end is not within ±2**62 ns, negative durations (kept as 0), and stats left out
+because jax cannot decode their value (bytes that are not UTF-8 where it expects text); a correlation id
+that is no int64 stays in args. What jaxlib's C++ logs to stderr while reading (protobuf's complaints
+about a damaged file) is kept out of the terminal: it ends the error of a file that cannot be read, and is
+in `metadata["reader"]["warnings"]` for one that can.
+
+A folder is read as a TensorBoard log: the run folder itself (`plugins/profile/<run>/`) or a `logdir` /
+`plugins/profile` above it, whose newest run (by name: runs are named by timestamp) is read. A run with
+several hosts' files reads them all, host tracks then naming the host (`cpu/<host>/python`) and devices
+too (`<host>/cuda:4`, track `<host>/cuda:4/Stream #134(Compute)`), so two hosts' GPU 4 stay apart; the
+device column stays `cuda:N` / `tpu:N` for a single host. `pid` is the file's index among the run's hosts
+(0 for one file), `tid` the line's index in its plane. `corr` is the CUPTI correlation id (counted per
+process, so it links rows with the same `pid` only); a GPU kernel's or copy's `launcher` is the host op
+(else annotation) around the runtime call with its correlation id on that host
+(`workbench.trace.launches`). TPU work has no correlation ids (XSpace links it by run ids, kept in args).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import sys
+import tempfile
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +75,7 @@ from workbench.trace.columns import dict_array, encode_strings, grouped
 from workbench.trace.launches import launchers, per_process
 from workbench.trace.model import Trace
 from workbench.trace.nesting import nest_spans
-from workbench.trace.schema import KIND_CODES
+from workbench.trace.schema import KIND_CODES, TIME_LIMIT_NS
 from workbench.trace.xla_host import (
     CORRELATION,
     HOST_PLANE,
@@ -84,7 +95,11 @@ from workbench.trace.xspace_device import (
 )
 
 SUFFIX = ".xplane.pb"
-
+FAR_TIMES = "events whose start or end is not within ±2**62 ns (left out)"
+NEGATIVE_DURATION = "events with a negative duration (kept, duration 0)"
+NOT_UTF8_STATS = "stats whose value is bytes that are not UTF-8 text (left out)"
+_LOG_PREFIX = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] ")
+"""The prefix of a line jaxlib's C++ logs (`E1203 10:34:37.354020  12095 wire_format_lite.cc:578] `)."""
 
 
 def read_xspace(path: str | os.PathLike[str]) -> Trace:
@@ -97,8 +112,40 @@ def read_xspace(path: str | os.PathLike[str]) -> Trace:
         raise TraceFormatError(path, f"a folder with no {SUFFIX} file (in it, a run folder or plugins/profile/*)")
     reader = _Reader(path, files)
     for index, file in enumerate(files):
-        reader.add(index, file, _load(file))
+        logged: list[str] = []
+        try:
+            with native_stderr(logged):
+                reader.add(index, file, _load(file))
+        except TraceFormatError as exc:
+            if not logged:
+                raise
+            raise TraceFormatError(file, f"{exc.problem}; jax logged: {logged[-1]}") from exc
+        reader.warnings += [f"{file.name}: jax logged: {line}" + (f" ({n} times)" if n > 1 else "")
+                            for line, n in Counter(logged).items()]
     return reader.trace()
+
+
+@contextmanager
+def native_stderr(lines: list[str]) -> Iterator[None]:
+    """Collect into `lines` what native code (jaxlib's protobuf parser and profiler, in C++) writes to the
+    process's stderr while the block runs, its log prefixes cut, rather than letting it print around the
+    command's own one-line error or output (Python's own writes to `sys.stderr` are not affected)."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to guard
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        sys.stderr.flush()
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode("utf-8", "replace")
+            lines += [_LOG_PREFIX.sub("", line).strip() for line in text.splitlines() if line.strip()]
 
 
 def run_files(folder: Path) -> list[Path]:
@@ -135,7 +182,7 @@ def _load(file: Path) -> Any:
     try:
         data = ProfileData.from_file(str(file))
     except Exception as exc:  # jaxlib raises RuntimeError or JaxRuntimeError, nothing narrower
-        raise TraceFormatError(file, f"not a readable XSpace ({exc})") from exc
+        raise TraceFormatError(file, f"not a readable XSpace ({' '.join(str(exc).split())})") from exc
     if not any(True for _ in data.planes):
         raise TraceFormatError(file, "an XSpace with no planes (empty or not an XSpace)")
     return data
@@ -164,12 +211,20 @@ class _Reader:
         self.planes: dict[str, dict[str, Any]] = {}
         self.devices: dict[str, dict[str, Any]] = {}
         self.lines: Counter[str] = Counter()
+        self.skipped: Counter[str] = Counter()
+        self.warnings: list[str] = []
 
     def add(self, index: int, file: Path, data: Any) -> None:
         """Append the events of one host's XSpace."""
         host = file.name.removesuffix(SUFFIX)
+        try:
+            self._add_planes(index, host, data)
+        except UnicodeDecodeError as exc:  # a name that is not UTF-8 (jax decodes every string it hands out)
+            raise TraceFormatError(file, f"not a readable XSpace (a name that is not UTF-8 text: {exc})") from exc
+
+    def _add_planes(self, index: int, host: str, data: Any) -> None:
         for plane in data.planes:
-            stats = _stats(plane.stats)
+            stats = self._stats(plane.stats)
             if stats:
                 self.planes[f"{host}{plane.name}" if self.multi_host else plane.name] = stats
             device = plane_device(plane.name, stats, host if self.multi_host else None)
@@ -194,9 +249,15 @@ class _Reader:
         stream line (`stream` given), else as on a host thread; a host event with a correlation id is `runtime`."""
         n = 0
         for event in line.events:
+            start, dur = event.start_ns, event.duration_ns
+            if not (abs(start) < TIME_LIMIT_NS and abs(start + max(dur, 0)) < TIME_LIMIT_NS):  # NaN too
+                self.skipped[FAR_TIMES] += 1
+                continue
+            if dur < 0:
+                self.skipped[NEGATIVE_DURATION] += 1
             n += 1
-            stats = _stats(event.stats)
-            corr = stats.pop(CORRELATION) if isinstance(stats.get(CORRELATION), int) else -1
+            stats = self._stats(event.stats)
+            corr = stats.pop(CORRELATION) if _is_id(stats.get(CORRELATION)) else -1
             size = np.nan
             if stream is not None:
                 event_kind: str | None = stream_event_kind(event.name, stats, stream)
@@ -205,8 +266,8 @@ class _Reader:
                 event_kind = "runtime"
             else:
                 event_kind = kind or host_kind(event.name, stats)
-            self.start.append(event.start_ns)
-            self.dur.append(event.duration_ns)
+            self.start.append(start)
+            self.dur.append(dur)
             self.name.append(event.name)
             self.classify.append(event_kind is None)
             self.kind.append(KIND_CODES[event_kind or "op"])
@@ -270,13 +331,28 @@ class _Reader:
             "planes": self.planes,
             "devices": list(self.devices.values()),
             "reader": {"events": n_events, "memory": 0, "counters": 0, "lines": dict(self.lines),
-                       "skipped": {}},  # every event becomes a row
+                       "skipped": {k: v for k, v in self.skipped.items() if v}, "warnings": self.warnings},
         }
 
+    def _stats(self, stats: Any) -> dict[str, Any]:
+        """Stats as a dict (bytes as hex); a name given more than once keeps all its values, as a list. A stat
+        whose value jax cannot decode (bytes that are not UTF-8 where it expects text) is left out, counted."""
+        pairs = []
+        values = iter(stats)
+        while True:
+            try:
+                key, value = next(values)
+            except StopIteration:
+                return grouped(pairs)
+            except UnicodeDecodeError:  # jax has moved past the stat already
+                self.skipped[NOT_UTF8_STATS] += 1
+                continue
+            pairs.append((key, value.hex() if isinstance(value, bytes) else value))
 
-def _stats(pairs: Any) -> dict[str, Any]:
-    """Stats as a dict (bytes as hex); a name given more than once keeps all its values, as a list."""
-    return grouped((key, value.hex() if isinstance(value, bytes) else value) for key, value in pairs)
+
+def _is_id(value: Any) -> bool:
+    """Whether a stat is usable as a correlation id (an int64 integer; others stay in args)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
 
 
 def _number(stats: dict[str, Any], key: str) -> float:

@@ -10,6 +10,9 @@ longer than predicted (the model is optimistic there). Data comes from `kv_cache
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pandas as pd
 from bokeh.layouts import column, row
 from bokeh.models import (
@@ -126,3 +129,14 @@ def llm_model_view(kv_table: pd.DataFrame, errors: pd.DataFrame | None = None, *
         parts.append(prediction_figures(errors))
     return column(parts)
 
+
+def projection_view(result: Mapping[str, Any], *, title: str | None = None, width: int = 1100) -> LayoutDOM:
+    """The page of a `workbench llm-model` projection (`llm_projection`'s result): its text report
+    (`llm_text.llm_model_blocks`), then the KV-cache figure with the memory the device leaves for the cache."""
+    from workbench.views.llm_text import llm_model_blocks
+    from workbench.views.text_tables import blocks_view
+
+    device_bytes = result["device"].get("memory_bytes")
+    budget = device_bytes * result["memory_fraction"] - result["weights"]["bytes"] if device_bytes else None
+    return column(blocks_view(llm_model_blocks(result), width=width),
+                  llm_model_view(pd.DataFrame(result["kv_cache"]), kv_budget_bytes=budget, title=title))

@@ -9,6 +9,8 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
+import { ICaptureRequest } from './captureRequest.generated';
+
 /** The API's path under the server's base URL. */
 export const API_PATH = 'workbench/api';
 
@@ -94,17 +96,38 @@ export interface ICaptureResult {
   runs: { run_id: string; status: string; [key: string]: unknown }[];
 }
 
-/** The body of `POST jobs` (keys are the CLI's capture options; see `capture_request.py`). */
-export interface ICaptureRequest {
-  model: string;
-  variants: string[];
-  batch?: number;
-  seq?: number;
-  iterations?: number;
-  warmup?: number;
-  threads?: number;
-  profile?: boolean;
-  overrides?: { [key: string]: unknown };
+export type { ICaptureRequest };
+
+/** One option of a capture job as `GET capture/options` describes it (`capture_fields.py`). */
+export interface ICaptureField {
+  key: keyof ICaptureRequest;
+  /** Its JSON type; `array` is a list of strings. */
+  type: 'string' | 'integer' | 'number' | 'boolean' | 'array' | 'object';
+  /** Whether null is a value of its own (a missing option always takes the default). */
+  nullable: boolean;
+  default: unknown;
+  minimum: number | null;
+  maximum: number | null;
+  /** The names it (or each of its items) must be one of: registered variants, profilers. */
+  choices: string[] | null;
+  /** Its `workbench capture` option. */
+  flag: string;
+}
+
+/** The reply of `GET capture/options`: what a capture form offers. */
+export interface ICaptureOptions {
+  fields: ICaptureField[];
+  variants: { name: string; backend: string; description: string }[];
+  profilers: {
+    name: string;
+    description: string;
+    tool: string | null;
+    needs_cuda: boolean;
+  }[];
+  /** The devices of the server's machine (cpu, cuda:N). */
+  devices: string[];
+  /** The built-in models. */
+  models: string[];
 }
 
 /** A Bokeh `json_item`, embedded with `Bokeh.embed.embed_item`. */
@@ -210,6 +233,11 @@ export async function fetchComparison(
     jsonBody('POST', { runs: runIds, width })
   );
   return reply.item;
+}
+
+/** The options a capture job takes, with their defaults, bounds and choices. */
+export function fetchCaptureOptions(): Promise<ICaptureOptions> {
+  return requestAPI<ICaptureOptions>('capture/options');
 }
 
 /** Start (or queue) a capture job. */

@@ -1,16 +1,22 @@
 /**
  * The capture form of the Workbench sidebar and the live status of its job.
  *
- * The form becomes a `POST jobs` body (the CLI's capture options); the job is then polled every
- * `POLL_MS` until it ends, showing its current task and a progress bar, with a cancel button. Bad input
- * and the server's errors are shown under the form; a failed job shows its error and the log tail.
+ * The form becomes a `POST jobs` body (the CLI's capture options); its choices (models, variants,
+ * profilers, devices), bounds and placeholder defaults come from the server's `GET capture/options`,
+ * which derives them from the capture settings, so the form offers what the server accepts. The job is
+ * then polled every `POLL_MS` until it ends, showing its current task and a progress bar, with a cancel
+ * button. Bad input and the server's errors are shown under the form; a failed job shows its error and
+ * the log tail.
  */
 
 import * as React from 'react';
 
 import {
   cancelJob,
+  fetchCaptureOptions,
   getJob,
+  ICaptureField,
+  ICaptureOptions,
   ICaptureRequest,
   IJob,
   isFinished,
@@ -22,12 +28,10 @@ import {
 /** How often a running job is polled (ms). */
 export const POLL_MS = 500;
 
-/** Built-in models, offered as suggestions (any `package.module:factory` or `.pt2` path works too). */
-const MODELS = ['tiny-gpt', 'mlp', 'convnet'];
-/** Variants offered as suggestions (see `workbench capture --help`). */
-const VARIANTS = 'eager, bf16, compile, compile-bf16, int8, int8-weight-only, jax-jit, jax-jit-bf16';
+/** The profiler whose kernel selection (`kernel_name`, `launch_count`) the form shows. */
+export const KERNEL_PROFILER = 'ncu';
 
-/** The form's fields, as typed (text), before they are checked. */
+/** The form's fields, as typed (text), before they are checked; '' leaves the server's default. */
 export interface ICaptureForm {
   model: string;
   variants: string;
@@ -38,6 +42,10 @@ export interface ICaptureForm {
   threads: string;
   overrides: string;
   profile: boolean;
+  device: string;
+  profiler: string;
+  kernel_name: string;
+  launch_count: string;
 }
 
 export const DEFAULT_FORM: ICaptureForm = {
@@ -49,16 +57,36 @@ export const DEFAULT_FORM: ICaptureForm = {
   warmup: '5',
   threads: '',
   overrides: '',
-  profile: true
+  profile: true,
+  device: '',
+  profiler: '',
+  kernel_name: '',
+  launch_count: ''
 };
 
 /** A form field that cannot become a capture option; the message names the field. */
 export class FormError extends Error {}
 
+/** The options' fields by key. */
+export function fieldsByKey(options: ICaptureOptions): Map<string, ICaptureField> {
+  return new Map(options.fields.map(field => [field.key as string, field]));
+}
+
+/** The text of an option's default, for a placeholder ('' when it has none). */
+export function defaultText(options: ICaptureOptions | null, key: keyof ICaptureRequest): string {
+  const value = options?.fields.find(field => field.key === key)?.default;
+  return value === null || value === undefined ? '' : String(value);
+}
+
+/** The profiler the form will use: the one chosen, else the server's default. */
+export function chosenProfiler(form: ICaptureForm, options: ICaptureOptions | null): string {
+  return form.profiler || defaultText(options, 'profiler');
+}
+
 function integer(
   name: string,
   text: string,
-  minimum: number,
+  field: ICaptureField | undefined,
   required: boolean
 ): number | undefined {
   const value = text.trim();
@@ -68,10 +96,14 @@ function integer(
     }
     return undefined;
   }
-  if (!/^\d+$/.test(value) || Number(value) < minimum) {
-    throw new FormError(`${name}: expected a whole number from ${minimum}, got "${value}"`);
+  const minimum = field?.minimum ?? 0;
+  const maximum = field?.maximum ?? null;
+  const number = Number(value);
+  if (!/^\d+$/.test(value) || number < minimum || (maximum !== null && number > maximum)) {
+    const range = maximum === null ? `from ${minimum}` : `from ${minimum} to ${maximum}`;
+    throw new FormError(`${name}: expected a whole number ${range}, got "${value}"`);
   }
-  return Number(value);
+  return number;
 }
 
 /**
@@ -97,28 +129,51 @@ export function parseOverrides(text: string): { [key: string]: unknown } {
   return overrides;
 }
 
-/** The `POST jobs` body the form describes; a `FormError` names the first field that is wrong. */
-export function captureRequest(form: ICaptureForm): ICaptureRequest {
+/**
+ * The `POST jobs` body the form describes, checked against the server's `options` (bounds, registered
+ * variants and profilers); a `FormError` names the first field that is wrong.
+ */
+export function captureRequest(form: ICaptureForm, options: ICaptureOptions): ICaptureRequest {
+  const fields = fieldsByKey(options);
   const model = form.model.trim();
   if (model === '') {
     throw new FormError(
-      'model: required (a built-in model, package.module:factory or a .pt2 file)'
+      `model: required (a built-in model: ${options.models.join(', ')}; package.module:factory or a .pt2 file)`
     );
   }
+  const known = fields.get('variants')?.choices ?? [];
   const variants = form.variants.split(/[\s,]+/).filter(v => v !== '');
   if (variants.length === 0) {
-    throw new FormError(`variants: name at least one (${VARIANTS})`);
+    throw new FormError(`variants: name at least one (${known.join(', ')})`);
+  }
+  const unknown = variants.filter(v => known.length > 0 && !known.includes(v));
+  if (unknown.length > 0) {
+    throw new FormError(`variants: unknown ${unknown.join(', ')} (valid: ${known.join(', ')})`);
   }
   const request: ICaptureRequest = {
     model,
     variants,
-    batch: integer('batch', form.batch, 1, true),
-    seq: integer('sequence', form.seq, 1, false),
-    iterations: integer('iterations', form.iterations, 1, true),
-    warmup: integer('warmup', form.warmup, 0, true),
-    threads: integer('threads', form.threads, 1, false),
+    batch: integer('batch', form.batch, fields.get('batch'), true),
+    seq: integer('sequence', form.seq, fields.get('seq'), false),
+    iterations: integer('iterations', form.iterations, fields.get('iterations'), true),
+    warmup: integer('warmup', form.warmup, fields.get('warmup'), true),
+    threads: integer('threads', form.threads, fields.get('threads'), false),
     profile: form.profile
   };
+  const device = form.device.trim();
+  if (device !== '') {
+    request.device = device;
+  }
+  if (form.profiler !== '') {
+    request.profiler = form.profiler;
+  }
+  if (chosenProfiler(form, options) === KERNEL_PROFILER) {
+    const kernel = form.kernel_name.trim();
+    if (kernel !== '') {
+      request.kernel_name = kernel;
+    }
+    request.launch_count = integer('launch count', form.launch_count, fields.get('launch_count'), false);
+  }
   const overrides = parseOverrides(form.overrides);
   if (Object.keys(overrides).length > 0) {
     request.overrides = overrides;
@@ -156,6 +211,8 @@ interface IFieldProps {
   placeholder?: string;
   list?: string;
   title?: string;
+  /** The option it sets, for a number's bounds. */
+  field?: ICaptureField;
 }
 
 function Field(props: IFieldProps): JSX.Element {
@@ -168,7 +225,8 @@ function Field(props: IFieldProps): JSX.Element {
         name={props.name}
         className="jp-mod-styled"
         type={props.type ?? 'text'}
-        min={props.type === 'number' ? 0 : undefined}
+        min={props.type === 'number' ? (props.field?.minimum ?? 0) : undefined}
+        max={props.type === 'number' ? (props.field?.maximum ?? undefined) : undefined}
         value={props.form[props.name] as string}
         placeholder={props.placeholder}
         list={props.list}
@@ -260,6 +318,18 @@ export function CaptureSection(props: {
   onFinished: (job: IJob) => void;
 }): JSX.Element {
   const [form, setForm] = React.useState<ICaptureForm>(DEFAULT_FORM);
+  const [options, setOptions] = React.useState<ICaptureOptions | null>(null);
+  const optionsRequest = React.useRef<Promise<ICaptureOptions> | null>(null);
+  /** The server's capture options: fetched once, again after a failure. */
+  const loadOptions = () => {
+    if (optionsRequest.current === null) {
+      optionsRequest.current = fetchCaptureOptions();
+      optionsRequest.current.then(setOptions, () => {
+        optionsRequest.current = null;
+      });
+    }
+    return optionsRequest.current;
+  };
   const [job, setJob] = React.useState<IJob | null>(null);
   const [error, setError] = React.useState<string | null>(null);
   const [submitting, setSubmitting] = React.useState(false);
@@ -275,6 +345,12 @@ export function CaptureSection(props: {
       onFinished.current(ended);
     }
   };
+
+  React.useEffect(() => {
+    loadOptions().catch(() => {
+      // submitting asks again, and shows why it failed
+    });
+  }, []);
 
   // Follow a capture still running on the server (started before this page was loaded).
   React.useEffect(() => {
@@ -327,6 +403,8 @@ export function CaptureSection(props: {
   }, [job, retry]);
 
   const running = job !== null && !isFinished(job);
+  const fields = options ? fieldsByKey(options) : new Map<string, ICaptureField>();
+  const profiler = chosenProfiler(form, options);
 
   const change = (name: keyof ICaptureForm, value: string | boolean) =>
     setForm(current => ({ ...current, [name]: value }));
@@ -336,7 +414,10 @@ export function CaptureSection(props: {
     setError(null);
     let request: ICaptureRequest;
     try {
-      request = captureRequest(form);
+      const known = options ?? (await loadOptions().catch(err => {
+        throw new Error(`cannot read the server's capture options: ${message(err)}`);
+      }));
+      request = captureRequest(form, known);
     } catch (err) {
       setError(message(err));
       return;
@@ -371,26 +452,62 @@ export function CaptureSection(props: {
     <section className="jp-Workbench-capture" aria-label="Capture">
       <form onSubmit={submit}>
         <datalist id="jp-Workbench-models">
-          {MODELS.map(m => (
+          {(options?.models ?? []).map(m => (
             <option key={m} value={m} />
           ))}
         </datalist>
+        <datalist id="jp-Workbench-devices">
+          {(options?.devices ?? []).map(d => (
+            <option key={d} value={d} />
+          ))}
+        </datalist>
         <Field label="Model" name="model" form={form} onChange={change} list="jp-Workbench-models"
-          title="A built-in model (tiny-gpt, mlp, convnet), package.module:factory, or a .pt2 file" />
-        <Field label="Variants" name="variants" form={form} onChange={change} title={VARIANTS} />
+          title={`A built-in model (${(options?.models ?? []).join(', ')}), package.module:factory, or a .pt2 file`} />
+        <Field label="Variants" name="variants" form={form} onChange={change}
+          title={(options?.variants ?? []).map(v => `${v.name}: ${v.description}`).join('\n')} />
         <div className="jp-Workbench-fieldRow">
-          <Field label="Batch" name="batch" type="number" form={form} onChange={change} />
-          <Field label="Sequence" name="seq" type="number" form={form} onChange={change}
+          <Field label="Batch" name="batch" type="number" form={form} onChange={change} field={fields.get('batch')} />
+          <Field label="Sequence" name="seq" type="number" form={form} onChange={change} field={fields.get('seq')}
             placeholder="default" title="Sequence length (tiny-gpt)" />
         </div>
         <div className="jp-Workbench-fieldRow">
-          <Field label="Iterations" name="iterations" type="number" form={form} onChange={change} />
-          <Field label="Warmup" name="warmup" type="number" form={form} onChange={change} />
+          <Field label="Iterations" name="iterations" type="number" form={form} onChange={change}
+            field={fields.get('iterations')} />
+          <Field label="Warmup" name="warmup" type="number" form={form} onChange={change} field={fields.get('warmup')} />
           <Field label="Threads" name="threads" type="number" form={form} onChange={change}
-            placeholder="all" />
+            field={fields.get('threads')} placeholder="all" />
         </div>
         <Field label="Overrides" name="overrides" form={form} onChange={change}
           placeholder="d_model=64 layers=2" title="Model config overrides, KEY=VALUE (the CLI's --set)" />
+        <div className="jp-Workbench-fieldRow">
+          <Field label="Device" name="device" form={form} onChange={change} list="jp-Workbench-devices"
+            placeholder={defaultText(options, 'device')} title="cpu, cuda[:N] or tpu[:N] (the devices of the server are offered)" />
+          <div className="jp-Workbench-field">
+            <label htmlFor="jp-Workbench-capture-profiler">Profiler</label>
+            <select
+              id="jp-Workbench-capture-profiler"
+              name="profiler"
+              className="jp-mod-styled"
+              value={profiler}
+              onChange={event => change('profiler', event.target.value)}
+            >
+              {(options?.profilers ?? [{ name: profiler, description: '' }]).map(p => (
+                <option key={p.name} value={p.name} title={p.description}>
+                  {p.name}
+                </option>
+              ))}
+            </select>
+          </div>
+        </div>
+        {profiler === KERNEL_PROFILER ? (
+          <div className="jp-Workbench-fieldRow">
+            <Field label="Kernel name" name="kernel_name" form={form} onChange={change} placeholder="all kernels"
+              title="Profile only these kernels: a name, or regex:<expression>" />
+            <Field label="Launch count" name="launch_count" type="number" form={form} onChange={change}
+              field={fields.get('launch_count')} placeholder={defaultText(options, 'launch_count')}
+              title="Kernel launches to profile per variant" />
+          </div>
+        ) : null}
         <div className="jp-Workbench-field jp-Workbench-check">
           <input
             id="jp-Workbench-capture-profile"

@@ -1,25 +1,31 @@
 """How the command line writes to the terminal and how its commands end.
 
-Text is printed as it is: the consoles read no rich markup or emoji codes from strings, so a path, run
-id, model name or error holding `[red]`, `[/x]` or `:smile:` shows literally (and cannot break the
-output); styles are given with `rich.text.Text` (`styled`, `labelled`). Every failure ends in one line
+Tables and reports come as `TextTable`s and `Block`s (`workbench.views.text_tables`), whose content the views
+decide; `print_table` and `print_blocks` only render them. Text is printed as it is: the consoles read no
+rich markup or emoji codes from strings, so a path, run id, model name or error holding `[red]`, `[/x]` or
+`:smile:` shows literally (and cannot break the output); styles are given with `rich.text.Text` (`styled`,
+`labelled`, a cell's tone). Every failure ends in one line
 on stderr and a meaningful exit code: the workbench's own errors and the operating system's (`errors()`)
 and click's usage errors (`CommandGroup`) exit 2, Ctrl-C at any point exits 130.
 """
 
 from __future__ import annotations
 
+import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 from workbench.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, WorkbenchError, is_disk_full
 from workbench.interrupts import INTERRUPTED
+from workbench.views.text_tables import TONE_STYLES, Block, Cell, Paragraph, TextTable, cells
 
 _PIPE_WIDTH = 160
 """Width of tables in a pipe: rich would squeeze them into 80 columns."""
@@ -39,9 +45,65 @@ def labelled(label: str, style: str, message: object) -> Text:
     return Text.assemble((label, style), " ", str(message))
 
 
-def status_text(status: str) -> Text:
-    """A run's status for a table cell: ok in green, anything else in red."""
-    return styled(status, "green" if status == "ok" else "red")
+def print_json(value: Any) -> None:
+    """`value` as indented JSON on stdout (what `--json` prints)."""
+    click.echo(json.dumps(value, indent=2, default=str))
+
+
+def progress(as_json: bool, progress_json: bool) -> Any:
+    """Progress of a long command: JSON lines on stderr for programs (`--progress-json`), else rich bars
+    on stderr, which `--json` turns off."""
+    from workbench.progress import JsonProgress, RichProgress
+
+    return JsonProgress(sys.stderr) if progress_json else RichProgress(err, enabled=not as_json)
+
+
+@contextmanager
+def nothing() -> Iterator[None]:
+    """A context that does nothing (in place of a spinner when the output is JSON)."""
+    yield
+
+
+def _text(cell: Cell | Paragraph) -> Text | str:
+    if isinstance(cell, tuple):
+        return Text.assemble(*map(_text, cell))
+    return styled(cell.text, TONE_STYLES[cell.tone]) if cell.tone else cell.text
+
+
+def print_table(table: TextTable, *, no_wrap: Sequence[str] = (), fold: Sequence[str] = (),
+                max_widths: Mapping[str, int] | None = None) -> None:
+    """`table` on stdout. Long cells wrap at words; those of the columns in `no_wrap` are cut with an ellipsis
+    instead, those in `fold` broken anywhere; `max_widths` caps columns' widths."""
+    shown = Table(title=table.title, title_justify="left", show_header=table.show_header)
+    for column in table.columns:
+        shown.add_column(column, justify="left" if column in table.left else "right", no_wrap=column in no_wrap,
+                         overflow="fold" if column in fold else "ellipsis", max_width=(max_widths or {}).get(column))
+    for row in table.rows:
+        shown.add_row(*map(_text, row))
+    out.print(shown)
+
+
+def print_blocks(blocks: Sequence[Block]) -> None:
+    """A text report on stdout: paragraphs as lines, tables as tables."""
+    for block in blocks:
+        if isinstance(block, TextTable):
+            print_table(block)
+        else:
+            out.print(block if isinstance(block, str) else _text(block))
+
+
+def print_kv(title: str, values: Mapping[str, Any]) -> None:
+    """A titled table of keys and their figures, without a header."""
+    print_table(TextTable(title, ("key", "value"), tuple(cells(str(k), v) for k, v in values.items()),
+                          left=frozenset({"key"}), show_header=False))
+
+
+def print_failures(runs: Sequence[Mapping[str, Any]], noun: str, root: Path) -> None:
+    """Each failed run's error on stderr (`<noun> <variant> failed: ...`), then where the bundles are."""
+    for run in runs:
+        if run["status"] != "ok":
+            err.print(labelled(f"{noun} {run['variant']} failed:", "red", run.get("error")))
+    out.print(f"bundles in {root}; look at one with: workbench show RUN --out {root}")
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
