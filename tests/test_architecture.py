@@ -16,8 +16,6 @@ import ast
 from collections.abc import Mapping, Set
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parents[1] / "workbench"
 MAX_LINES = 500
 
@@ -167,7 +165,6 @@ def test_no_import_cycles():
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
 
 
-@pytest.mark.xfail(strict=False, reason="issue 14 in progress")
 def test_no_module_over_max_lines():
     too_long = long_modules(PACKAGE)
     assert not too_long, f"modules over {MAX_LINES} lines:\n" + "\n".join(

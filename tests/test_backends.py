@@ -164,8 +164,8 @@ def test_first_call_is_timed_and_noted(mlp):
 
 
 def test_unknown_backend_is_unavailable(mlp):
-    with pytest.raises(VariantUnavailable, match="backend 'onnxruntime'"):
-        prepare(dataclasses.replace(get_variant("eager"), backend="onnxruntime"), mlp)
+    with pytest.raises(VariantUnavailable, match="backend 'openvino'"):
+        prepare(dataclasses.replace(get_variant("eager"), backend="openvino"), mlp)
 
 
 

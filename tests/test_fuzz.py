@@ -153,6 +153,16 @@ def test_jax_chrome_trace_with_an_integer_of_5000_digits_in_args(tmp_path: Path)
     assert row["kind"] == "annotation" and row["args"] == f'{{"step_num": {number}}}'  # a step, args as written
 
 
+@pytest.mark.parametrize("later", [b'"\xed\xa0\x80"', b"NaN", b"]"])
+def test_integer_of_5000_digits_before_bad_json_is_refused_in_one_line(tmp_path: Path, later: bytes) -> None:
+    """Python's json, which reads what msgspec cannot, must refuse what msgspec would have refused after it
+    (an encoded surrogate, NaN, a syntax error)."""
+    path = tmp_path / "long.json"
+    path.write_bytes(b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": ' + b"1" * 5000
+                     + b', "args": {"x": ' + later + b"}}]}")
+    assert check_case(_case_of(path, "kineto-object"), tmp_path / "run", in_process).kind == "error"
+
+
 def _nsys_seed(tmp_path: Path, seeds: Seeds, name: str = "saxpy_mpi_cuda_nsys2022.sqlite") -> Path:
     fixture_path("nsys")
     path = tmp_path / "export.sqlite"

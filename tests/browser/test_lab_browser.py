@@ -322,12 +322,18 @@ def test_errors_show_in_the_panel(lab, page):
     error.wait_for()
     assert "batch: expected a whole number from 1" in error.text_content()
 
-    fill_form(page, {**TINY_FORM, "model": "no_such_module:build"})
+    fill_form(page, {**TINY_FORM, "model": "no_such_module:build"})  # the server runs built-in models only
+    sidebar.get_by_role("button", name="Capture", exact=True).click()
+    page.wait_for_function("document.querySelector('#jp-workbench-sidebar .jp-Workbench-capture "
+                           ".jp-Workbench-error')?.textContent.includes('no_such_module')")
+    assert "allowed_factory_modules" in error.text_content()
+
+    fill_form(page, {**TINY_FORM, "overrides": "d_model=30 layers=1 heads=4"})  # fails in the job
     sidebar.get_by_role("button", name="Capture", exact=True).click()
     failed = sidebar.locator(".jp-Workbench-outcome.jp-mod-failed")
     failed.wait_for(timeout=CAPTURE_TIMEOUT_MS)
     assert "Capture failed:" in failed.text_content()
-    assert "no_such_module" in failed.text_content()
+    assert "not divisible by heads" in failed.text_content()
     assert error.count() == 0  # the form's old error went away with the new attempt
     shot(page, "07-capture-failed")
     assert page.seen.errors == []

@@ -134,7 +134,7 @@ def _int_or_decimal(text: str) -> int | Decimal:
     return value if value is not None and -(2**63) <= value < 2**64 else Decimal(text)
 
 
-def decode_json(text: bytes | str) -> Any:
+def decode_json(text: bytes | str | memoryview) -> Any:
     """Decode JSON of any shape; numbers past float64 and integers past 64 bits come back as Decimals
     (msgspec refuses them: the first are decoded again with its float hook, the second by Python's json)."""
     try:
@@ -142,8 +142,19 @@ def decode_json(text: bytes | str) -> Any:
     except msgspec.ValidationError:  # "Number out of range"
         try:
             return _ANY_WIDE.decode(text)
-        except msgspec.ValidationError:  # "Integer value out of range"
-            return json.loads(text, parse_float=_float_or_decimal, parse_int=_int_or_decimal)
+        except msgspec.ValidationError as exc:  # "Integer value out of range"
+            try:  # as strict as msgspec, which stopped at the integer: UTF-8 only (no surrogates), no NaN
+                source = text if isinstance(text, str) else bytes(text).decode("utf-8")
+                return json.loads(source, parse_float=_float_or_decimal, parse_int=_int_or_decimal,
+                                  parse_constant=_no_constant)
+            except UnicodeDecodeError as later:  # past the integer (its position is the chunk's, not the file's)
+                raise msgspec.DecodeError(f"invalid UTF-8 ({later.reason})") from exc
+            except ValueError as later:  # json.JSONDecodeError or a constant: likewise
+                raise msgspec.DecodeError(getattr(later, "msg", str(later))) from exc
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def encode_json(value: Any) -> bytes:

@@ -450,7 +450,7 @@ export function CaptureSection(props: {
 
   return (
     <section className="jp-Workbench-capture" aria-label="Capture">
-      <form onSubmit={submit}>
+      <form onSubmit={submit} noValidate>
         <datalist id="jp-Workbench-models">
           {(options?.models ?? []).map(m => (
             <option key={m} value={m} />
