@@ -11,7 +11,6 @@ TensorRT) lazily, so nothing here probes hardware. Adding a backend is a new mod
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from workbench.backends.devices import check_device_name
 from workbench.backends.variants import Variant
 from workbench.errors import VariantUnavailable, WorkbenchError
+from workbench.plugins import Plugins
 
 if TYPE_CHECKING:
     from workbench.backends.prepared import Prepared
@@ -79,33 +79,23 @@ class BackendSpec:
             raise WorkbenchError(f"backend {self.name}: variants {', '.join(stray)} name another backend")
 
 
-_BACKENDS: dict[str, BackendSpec] = {}
-_loaded = False
+_BACKENDS: Plugins[BackendSpec] = Plugins(BUILTIN)
 
 
 def register_backend(spec: BackendSpec) -> None:
     """Add (or replace) a backend; a variant name already taken by another backend is refused."""
-    for other in _BACKENDS.values():
+    for other in _BACKENDS.registered().values():
         if other.name != spec.name:
             taken = {v.name for v in other.variants} & {v.name for v in spec.variants}
             if taken:
                 raise WorkbenchError(f"backend {spec.name}: variant names {', '.join(sorted(taken))} are "
                                      f"already registered by backend {other.name}")
-    _BACKENDS[spec.name] = spec
+    _BACKENDS.register(spec.name, spec)
 
 
 def _registry() -> dict[str, BackendSpec]:
-    """The registered backends, the built-in ones first in `BUILTIN` order (whatever imported them first)."""
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        for module in BUILTIN.values():
-            importlib.import_module(module)
-    return {name: _BACKENDS[name] for name in sorted(_BACKENDS, key=_rank)}
-
-
-def _rank(name: str) -> int:
-    return list(BUILTIN).index(name) if name in BUILTIN else len(BUILTIN)
+    """The registered backends, the built-in ones first in `BUILTIN` order."""
+    return _BACKENDS.entries()
 
 
 def backends() -> list[str]:

@@ -9,13 +9,13 @@ profiler modules (`BUILTIN`) are imported on first use of the registry.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.errors import WorkbenchError
+from workbench.plugins import Plugins
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -94,27 +94,17 @@ class ProfilerSpec:
         return self.child_session is None
 
 
-_PROFILERS: dict[str, ProfilerSpec] = {}
-_loaded = False
+_PROFILERS: Plugins[ProfilerSpec] = Plugins(BUILTIN)
 
 
 def register_profiler(spec: ProfilerSpec) -> None:
     """Add (or replace) a profiler."""
-    _PROFILERS[spec.name] = spec
+    _PROFILERS.register(spec.name, spec)
 
 
 def _registry() -> dict[str, ProfilerSpec]:
-    """The registered profilers, the built-in ones first in `BUILTIN` order (whatever imported them first)."""
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        for module in BUILTIN.values():
-            importlib.import_module(module)
-    return {name: _PROFILERS[name] for name in sorted(_PROFILERS, key=_rank)}
-
-
-def _rank(name: str) -> int:
-    return list(BUILTIN).index(name) if name in BUILTIN else len(BUILTIN)
+    """The registered profilers, the built-in ones first in `BUILTIN` order."""
+    return _PROFILERS.entries()
 
 
 def profilers() -> list[str]:
