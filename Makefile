@@ -1,9 +1,10 @@
 # Set-up and everyday commands. Each target installs what it needs into a project-local venv.
-# torch is pinned first so pip takes the CPU build instead of downloading a CUDA one.
+# torch and torchvision are pinned first, as a pair that lies on this machine's disk (a CUDA build that runs on
+# CPU too; PyPI's torchvision does not load beside the CPU-only torch 2.13 wheel), so pip downloads neither.
 
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-TORCH  ?= torch==2.13.0
+TORCH  ?= torch==2.14.1 torchvision==0.29.1
 EXTRAS ?= dev
 STAMP  := $(VENV)/.installed-$(EXTRAS)
 
@@ -12,7 +13,7 @@ STAMP  := $(VENV)/.installed-$(EXTRAS)
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "$(TORCH)"
+	$(PY) -m pip install --quiet $(TORCH)
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
 	touch $@
 

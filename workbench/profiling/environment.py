@@ -28,7 +28,8 @@ def environment(device: str = "cpu") -> dict[str, Any]:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
-        "versions": {package: _version(package) for package in PACKAGES},
+        # torch's own string keeps the build tag (+cpu, +cu130) that the package metadata drops
+        "versions": {**{package: _version(package) for package in PACKAGES}, "torch": torch.__version__},
         "torch_threads": torch.get_num_threads(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
