@@ -55,7 +55,7 @@ def test_defaults_are_the_cli_defaults():
 
 
 SAMPLES = {"model": "mlp", "variants": ["eager", "int8"], "device": "cuda:1", "overrides": {"hidden": 8, "act": "relu"},
-           "profiler": "framework", "kernel_name": "regex:gemm"}
+           "profiler": "framework", "kernel_name": "regex:gemm", "profile_shapes": "largest"}
 
 
 @pytest.mark.parametrize("field", capture_fields(), ids=lambda f: f.key)

@@ -15,7 +15,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING would import typing before the CLI
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["capture", "compare", "diff", "findings", "fusion", "fusion_detail", "idle", "roofline", "show", "show_diff"]
+__all__ = ["capture", "compare", "crossovers", "diff", "findings", "fusion", "fusion_detail", "idle", "pareto",
+           "roofline", "show", "show_diff", "sql", "sweep_table"]
 
 
 def __getattr__(name: str) -> Any:

@@ -68,3 +68,9 @@ def write_error(exc: BaseException, path: object, message: str) -> BundleError:
     """The error to raise for `exc` met while writing `path`: DiskFullError when the disk is full, else a
     BundleError with `message`."""
     return DiskFullError(path) if is_disk_full(exc) else BundleError(message)
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none), for one-line errors."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -17,12 +17,20 @@ gets the caching allocator's snapshot merged into its memory table (`workbench.t
 A TensorRT variant's IProfiler layer timings (taken after its measured iterations) are merged into its trace
 as `layer` events carrying the engine inspector's fusion facts, and its ONNX graphs and timing cache go to
 the bundle's compile/ beside the inspector's JSON.
+
+A sweep (`batch` and/or `seq` given as several values, `workbench.shapes`) runs every variant at every
+shape of the grid in the same experiment: one bundle per (variant, shape), labelled "eager-b4-s128". Each
+(variant, shape) is prepared on its own (as the variant would be for that shape alone: its first call,
+compile time and numerics against the reference at the same shape), and all of them are timed together by
+the one interleaved benchmark, each round visiting every (variant, shape), so drift hits every point alike.
+All stay prepared until the benchmark ends, so a sweep holds variants × shapes prepared copies of the model.
+`profile_shapes` "all" profiles every point (memory curves need each), "largest" only each variant's
+largest shape. The record gains the `grid` and is written at schema version 2.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -61,10 +69,12 @@ from workbench.profiling import (
 from workbench.profiling.child import ChildSpec
 from workbench.profiling.registry import DEFAULT_LAUNCH_COUNT, ProfileRequest
 from workbench.runner import BundleFiles, ExperimentResult, NullProgress, Progress, RunFailure, Runner
+from workbench.shapes import PROFILE_SHAPES, Shape, as_values, shape_grid, sweep_value, swept
+from workbench.threads import default_threads, torch_threads
 from workbench.trace import Trace, read_trace
 from workbench.trace.bundle import new_run_id, utc_now
 from workbench.trace.cuda_snapshot import with_cuda_snapshot
-from workbench.trace.records import ExperimentRecord, RunInfo
+from workbench.trace.records import SWEEP_SCHEMA_VERSION, ExperimentRecord, RunInfo
 from workbench.trace.schema import PHASE_LOAD
 
 DEFAULT_VARIANTS = ("eager", "bf16", "compile", "int8")
@@ -80,16 +90,19 @@ class ExperimentSettings:
 
     `warmup` and `iterations` are rounds of the interleaved benchmark; `profile_settings` shapes the
     separate profiled run of each variant. `threads` sets torch's intra-op threads for the
-    experiment (restored after); None leaves torch's setting. `model_overrides` go to `load_model`.
+    experiment (restored after); None means one on machines with 4 cores or fewer, else torch's setting
+    (`default_threads`). `model_overrides` go to `load_model`.
     `profiler` is a registered profiler (`workbench.profiling.profilers()`, see the module docstring);
     `kernel_name` (ncu's filter: a name or `regex:<expression>`) and `launch_count` choose the kernel
-    launches Nsight Compute profiles.
+    launches Nsight Compute profiles. `batch` and `seq` each take one value or several (a list or tuple: a
+    sweep over their grid, module docstring); `profile_shapes` ("all" or "largest") says which shapes of a
+    sweep are profiled.
     """
 
     model: str = "tiny-gpt"
     variants: tuple[str, ...] = DEFAULT_VARIANTS
-    batch: int = 4
-    seq: int | None = None
+    batch: int | tuple[int, ...] = 4
+    seq: int | tuple[int, ...] | None = None
     device: str = "cpu"
     warmup: int = 5
     iterations: int = 30
@@ -100,10 +113,16 @@ class ExperimentSettings:
     profiler: str = FRAMEWORK
     kernel_name: str | None = None
     launch_count: int = DEFAULT_LAUNCH_COUNT
+    profile_shapes: str = "all"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variants", tuple(self.variants))
         object.__setattr__(self, "model_overrides", dict(self.model_overrides))
+        object.__setattr__(self, "batch", sweep_value("batch", self.batch))
+        object.__setattr__(self, "seq", sweep_value("seq", self.seq, optional=True))
+        if self.profile_shapes not in PROFILE_SHAPES:
+            raise WorkbenchError(f"profile_shapes must be one of {', '.join(PROFILE_SHAPES)}, "
+                                 f"got {self.profile_shapes!r}")
         if not self.variants:
             raise WorkbenchError("an experiment needs at least one variant")
         repeated = sorted({name for name in self.variants if self.variants.count(name) > 1})
@@ -123,13 +142,32 @@ class ExperimentSettings:
         """JSON-ready fields (for the experiment record)."""
         return asdict(self)
 
+    @property
+    def shapes(self) -> tuple[Shape, ...]:
+        """The shapes the variants run at (one unless this is a sweep), batch-major."""
+        return shape_grid(self.batch, self.seq)
+
+    @property
+    def swept(self) -> frozenset[str]:
+        """The sizes this experiment sweeps ("batch", "seq"); empty for a single shape."""
+        return swept(self.batch, self.seq)
+
+    def grid(self) -> dict[str, Any] | None:
+        """The experiment record's `grid` of a sweep; None for a single shape."""
+        if not self.swept:
+            return None
+        return {"batch": list(as_values(self.batch)), "seq": list(as_values(self.seq)),
+                "profile_shapes": self.profile_shapes}
+
 
 @dataclass(frozen=True)
 class RunResult:
     """The outcome of one variant: its bundle, status, and the headline numbers when it ran.
 
-    `speedup` is the reference's median latency over this variant's, when the reference was listed
-    and benchmarked; `numerics` is `Numerics.to_dict()` (against the reference).
+    `speedup` is the reference's median latency over this variant's (at the same shape), when the reference
+    was listed and benchmarked; `numerics` is `Numerics.to_dict()` (against the reference). `batch` and `seq`
+    are the shape it ran at; `label` names it in a sweep ("eager-b4"; None otherwise). `weights` says whether
+    the model's weights were "real" or "random" (numerics on random weights compare variants, not accuracy).
     """
 
     variant: str
@@ -143,6 +181,10 @@ class RunResult:
     speedup: float | None = None
     first_call_s: float | None = None
     numerics: dict[str, Any] | None = None
+    batch: int | None = None
+    seq: int | None = None
+    label: str | None = None
+    weights: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields, with the numerics' SQNR and top-1 agreement also at the top level."""
@@ -153,10 +195,13 @@ class RunResult:
 
 @dataclass
 class _VariantRun(RunFailure):
-    """A variant's state while the experiment runs; `prepared` is dropped once benchmarked."""
+    """A (variant, shape)'s state while the experiment runs; `prepared` is dropped once benchmarked. `label`
+    names it: the variant's name, with the swept sizes in a sweep."""
 
     variant: Variant
     run_id: str
+    shape: Shape
+    label: str
     prepared: Prepared | None = None
     placed: tuple[Any, ...] = ()
     setup_ms: dict[str, float] = field(default_factory=dict)
@@ -174,30 +219,16 @@ class _VariantRun(RunFailure):
 
     @property
     def name(self) -> str:
-        return self.variant.name
+        return self.label
 
     @property
     def subject(self) -> str:
-        return f"variant {self.variant.name}"
+        return f"variant {self.label}"
 
     def fail(self, stage: str, exc: BaseException) -> None:
         """Record the failure (`RunFailure.fail`) and drop the prepared module."""
         super().fail(stage, exc)
         self.prepared, self.placed = None, ()
-
-
-@contextmanager
-def torch_threads(threads: int | None) -> Iterator[None]:
-    """Run the block with `threads` intra-op threads (None: unchanged), restoring the count after."""
-    if threads is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def run_experiment(
@@ -216,55 +247,73 @@ def run_experiment(
     settings = settings or ExperimentSettings()
     root = checked_root(root, writing=True)
     check_profiler(settings.profiler, settings.device, settings.profile)
-    variants = [get_variant(name, settings.batch, settings.device) for name in settings.variants]
-    # torch has no TPU backend: there the fp32 reference runs on the host CPU
-    reference = get_variant(REFERENCE, settings.batch, settings.device if torch_supports(settings.device) else "cpu")
+    for name in settings.variants:  # unknown names fail before the model loads
+        get_variant(name, as_values(settings.batch)[0], settings.device)
     with torch_threads(settings.threads):
         timings: dict[str, float] = {}
         with phase(PHASE_LOAD, timings):
             loaded = load_model(settings.model, **settings.model_overrides)
-            inputs = loaded.make_inputs(settings.batch, settings.seq)
-        return _Experiment(settings, root, progress or NullProgress(), loaded, inputs, timings, variants,
-                           reference).run()
+            inputs = {shape: loaded.make_inputs(shape.batch, shape.seq) for shape in settings.shapes}
+        return _Experiment(settings, root, progress or NullProgress(), loaded, inputs, timings).run()
 
 
 class _Experiment(Runner[_VariantRun, "RunResult"]):
     """The steps of `run_experiment` after the model is loaded, on the runner's skeleton."""
 
     def __init__(self, settings: ExperimentSettings, root: Path, progress: Progress, loaded: LoadedModel,
-                 inputs: tuple[torch.Tensor, ...], timings: dict[str, float], variants: list[Variant],
-                 reference: Variant) -> None:
+                 inputs: dict[Shape, tuple[torch.Tensor, ...]], timings: dict[str, float]) -> None:
         super().__init__(root, new_run_id(loaded.name, "experiment"), progress, timings, profile=settings.profile)
         self.settings = settings
         self.loaded = loaded
         self.inputs = inputs
-        self.variants = variants
-        self.reference = reference
         self.created = utc_now()
-        self.seq = loaded.default_seq if settings.seq is None else settings.seq
         self.environment = environment(settings.device)
-        self.reference_error: str | None = None
+        self.reference_errors: dict[Shape, str | None] = {}
+        self.reference = loaded.reference or REFERENCE
+        """The variant whose output is the numerics reference: eager, or the model's own (an ONNX file's)."""
         self._device_properties: dict[tuple[str, Any], dict[str, Any] | None] = {}
+        largest = max(settings.shapes, key=lambda shape: shape.size)
+        self._profiled_shapes = set(settings.shapes) if settings.profile_shapes == "all" else {largest}
 
     def new_runs(self) -> list[_VariantRun]:
-        return [self._new_run(variant) for variant in self.variants]
+        """Every (variant, shape), variant-major."""
+        return [self._new_run(name, shape) for name in self.settings.variants for shape in self.settings.shapes]
 
-    def _new_run(self, variant: Variant) -> _VariantRun:
-        return _VariantRun(variant, new_run_id(self.loaded.name, variant.name))
+    def _new_run(self, name: str, shape: Shape) -> _VariantRun:
+        # torch has no TPU backend: there the fp32 reference runs on the host CPU, as a model's own reference does
+        device = self.settings.device
+        if name == self.reference and name not in self.settings.variants and \
+                (name != REFERENCE or not torch_supports(device)):
+            device = "cpu"
+        label = shape.label(name, self.settings.swept)
+        return _VariantRun(get_variant(name, shape.batch, device), new_run_id(self.loaded.name, label), shape, label)
+
+    def seq(self, shape: Shape) -> int | None:
+        """The sequence length a run at `shape` processes (the model's default when none was given)."""
+        return self.loaded.default_seq if shape.seq is None else shape.seq
 
     def prepare(self, runs: list[_VariantRun]) -> None:
-        """Prepare every variant (the reference first, listed or not) and compare each one's output
-        with the reference's; an unlisted reference is dropped once its output is known."""
-        reference = self.reference
-        listed = next((run for run in runs if run.variant.name == reference.name), None)
-        ref_run = listed or self._new_run(reference)
+        """Prepare every (variant, shape), shape by shape, the reference first (listed or not), and compare
+        each one's output with the reference's at the same shape; an unlisted reference is dropped once its
+        output is known."""
+        groups = [[run for run in runs if run.shape == shape] for shape in self.settings.shapes]
+        self.progress.start("prepare", len(runs) + (0 if self.reference in self.settings.variants else len(groups)))
+        for shape, group in zip(self.settings.shapes, groups, strict=True):
+            self._prepare_shape(shape, group)
+        self.progress.finish("prepare")
+
+    def _prepare_shape(self, shape: Shape, runs: list[_VariantRun]) -> None:
+        """`prepare` for the runs of one shape."""
+        listed = next((run for run in runs if run.variant.name == self.reference), None)
+        ref_run = listed or self._new_run(self.reference, shape)
         order = [ref_run, *(run for run in runs if run is not ref_run)]
-        self.progress.start("prepare", len(order))
         expected: torch.Tensor | None = None
         for run in order:
+            task = f"prepare {run.label}"  # names the variant being prepared (compiling may take minutes)
+            self.progress.start(task, 1)
             try:
                 run.prepared, run.placed = prepare_variant(
-                    run.variant, self.loaded, self.inputs, timings=run.setup_ms
+                    run.variant, self.loaded, self.inputs[shape], timings=run.setup_ms
                 )
                 run.notes = dict(run.prepared.notes)
                 run.artifacts = dict(getattr(run.prepared, "artifacts", {}))
@@ -276,11 +325,12 @@ class _Experiment(Runner[_VariantRun, "RunResult"]):
                     run.numerics = compare_outputs(expected, output)
             except Exception as exc:
                 run.fail("prepare", exc)
+            self.progress.advance(task)
+            self.progress.finish(task)
             self.progress.advance("prepare")
         if listed is None:
             ref_run.prepared, ref_run.placed = None, ()  # only its output was needed
-        self.reference_error = ref_run.error
-        self.progress.finish("prepare")
+        self.reference_errors[shape] = ref_run.error
 
     def benchmark(self, runs: list[_VariantRun]) -> None:
         """Time the prepared variants together; each is freed once timed, before its profiled copy is made."""
@@ -293,22 +343,27 @@ class _Experiment(Runner[_VariantRun, "RunResult"]):
         """`run`'s prepared variant as a benchmark contender."""
         prepared, placed = run.prepared, run.placed
         assert prepared is not None  # only prepared variants are benchmarked
+        batch, seq = run.shape.batch, self.seq(run.shape)
         return Workload(
             fn=lambda: prepared.run(placed),
-            items=self.loaded.items(self.settings.batch, self.seq),
-            tokens=self.loaded.tokens(self.settings.batch, self.seq),
+            items=self.loaded.items(batch, seq),
+            tokens=self.loaded.tokens(batch, seq),
             timer=prepared.timer(),
             first_call_ms=None if run.first_call_s is None else run.first_call_s * 1e3,
         )
 
+    def profiles(self, run: _VariantRun) -> bool:
+        """Whether `run`'s shape is one this experiment profiles (`profile_shapes`)."""
+        return run.shape in self._profiled_shapes
+
     def profile_run(self, run: _VariantRun, folder: Path) -> Trace | None:
         """The trace of `run`'s profiled lifecycle under the chosen profiler, FLOPs attached, completed by
         what the profiler adds and, for a framework trace, by the backend's enrichers."""
-        task = f"profile {run.variant.name}"
+        task = f"profile {run.label}"
         s = self.settings
         self.progress.start(task, progress_units(s.profile_settings))
         tool = get_profiler(s.profiler)
-        request = ProfileRequest(run.variant, self.loaded, self.inputs, folder, s.profile_settings,
+        request = ProfileRequest(run.variant, self.loaded, self.inputs[run.shape], folder, s.profile_settings,
                                  self._child_spec(run), lambda n: self.progress.advance(task, n),
                                  kernel_name=s.kernel_name, launch_count=s.launch_count)
         try:
@@ -333,8 +388,9 @@ class _Experiment(Runner[_VariantRun, "RunResult"]):
     def _child_spec(self, run: _VariantRun) -> ChildSpec:
         """What a child process under an Nsight tool needs to run `run`'s variant as this experiment does."""
         s = self.settings
-        return ChildSpec(model=s.model, variant=run.variant.name, batch=s.batch, device=s.device, out_dir="",
-                         seq=s.seq, threads=s.threads, model_overrides=dict(s.model_overrides),
+        return ChildSpec(model=s.model, variant=run.variant.name, batch=run.shape.batch, device=s.device, out_dir="",
+                         seq=run.shape.seq, threads=default_threads(s.threads),
+                         model_overrides=dict(s.model_overrides),
                          settings=s.profile_settings.to_dict())
 
     def bundle_files(self, run: _VariantRun) -> BundleFiles:
@@ -348,7 +404,8 @@ class _Experiment(Runner[_VariantRun, "RunResult"]):
         """The run.json of one variant."""
         s, loaded, profiled = self.settings, self.loaded, run.profiled
         capture = None
-        if s.profile:
+        batch, seq = run.shape.batch, self.seq(run.shape)
+        if s.profile and self.profiles(run):
             framework = get_backend(run.variant.backend).framework_profiler
             capture = {"profiler": get_profiler(s.profiler).label.format(framework=framework),
                        "settings": s.profile_settings.to_dict(),
@@ -356,14 +413,15 @@ class _Experiment(Runner[_VariantRun, "RunResult"]):
         return RunInfo(
             run_id=run.run_id, status=run.status, error=run.error, traceback=run.error_traceback,
             experiment=self.experiment_id, model=model_info(s.model, loaded), variant=run.variant.to_dict(),
-            device=run.notes.get("device", run.variant.device), batch=s.batch, seq=self.seq,
-            items_per_call=loaded.items(s.batch, self.seq), tokens_per_call=loaded.tokens(s.batch, self.seq),
-            environment=self.environment, reference=REFERENCE, reference_error=self.reference_error,
+            device=run.notes.get("device", run.variant.device), batch=batch, seq=seq,
+            items_per_call=loaded.items(batch, seq), tokens_per_call=loaded.tokens(batch, seq),
+            environment=self.environment, reference=self.reference,
+            reference_error=self.reference_errors.get(run.shape),
             benchmark=run.stats.to_dict() if run.stats else None, first_call_s=run.first_call_s,
             numerics=run.numerics.to_dict() if run.numerics else None, notes=run.notes,
             phases_ms={"setup": run.setup_ms, "profiled": profiled.phases_ms if profiled else None},
             capture=capture, xprof=run.enriched_info.get("xprof"), device_properties=self.device_properties(run),
-            op_flops=profiled.op_flops if profiled else None,
+            op_flops=profiled.op_flops if profiled else None, label=run.label if s.swept else None,
         )
 
     def device_properties(self, run: _VariantRun) -> dict[str, Any] | None:
@@ -383,26 +441,31 @@ class _Experiment(Runner[_VariantRun, "RunResult"]):
         return self._device_properties[key]
 
     def record(self, runs: list[_VariantRun]) -> ExperimentRecord:
+        grid = self.settings.grid()
         return ExperimentRecord(
             experiment_id=self.experiment_id, created=self.created, model=self.loaded.name,
-            model_ref=self.settings.model, reference=REFERENCE, reference_error=self.reference_error,
-            runs=[run.run_id for run in runs], variants=[run.variant.name for run in runs],
-            failed=[run.variant.name for run in runs if not run.ok], settings=self.settings.to_dict(),
-            environment=self.environment, phases_ms=self.timings,
+            model_ref=self.settings.model, reference=self.reference,
+            reference_error=next((e for e in self.reference_errors.values() if e), None),
+            runs=[run.run_id for run in runs], variants=[run.label for run in runs],
+            failed=[run.label for run in runs if not run.ok], settings=self.settings.to_dict(),
+            environment=self.environment, phases_ms=self.timings, grid=grid,
+            **({"schema_version": SWEEP_SCHEMA_VERSION} if grid else {}),
         )
 
     def result(self, run: _VariantRun, path: Path) -> RunResult:
-        reference_p50 = next((r.stats.p50 for r in self.runs if r.variant.name == REFERENCE and r.stats), None)
-        return _result(run, path, reference_p50)
+        reference_p50 = next((r.stats.p50 for r in self.runs
+                              if r.variant.name == self.reference and r.shape == run.shape and r.stats), None)
+        return _result(run, path, reference_p50, self.seq(run.shape), self.settings.swept, self.loaded.weights)
 
 
 def model_info(ref: str, loaded: LoadedModel) -> dict[str, Any]:
     """The model fields of run.json."""
     return {"ref": ref, "name": loaded.name, "config": loaded.config, "parameters": loaded.parameter_count,
-            "source": loaded.source}
+            "source": loaded.source, "weights": loaded.weights}
 
 
-def _result(run: _VariantRun, path: Path, reference_p50: float | None) -> RunResult:
+def _result(run: _VariantRun, path: Path, reference_p50: float | None, seq: int | None,
+            swept_sizes: frozenset[str], weights: str | None) -> RunResult:
     stats = run.stats
     return RunResult(
         variant=run.variant.name,
@@ -416,4 +479,8 @@ def _result(run: _VariantRun, path: Path, reference_p50: float | None) -> RunRes
         speedup=reference_p50 / stats.p50 if stats and reference_p50 and stats.p50 > 0 else None,
         first_call_s=run.first_call_s,
         numerics=run.numerics.to_dict() if run.numerics else None,
+        batch=run.shape.batch,
+        seq=seq,
+        label=run.label if swept_sizes else None,
+        weights=weights,
     )

@@ -1,6 +1,7 @@
 """The notebook front door: `wb.capture`, `wb.show`, `wb.compare`, `wb.show_diff` (the CLI's functions, placed
 inline) and each analysis as a function returning a DataFrame: `wb.roofline`, `wb.findings`, `wb.idle`,
-`wb.diff`, `wb.fusion`, `wb.fusion_detail`.
+`wb.diff`, `wb.fusion`, `wb.fusion_detail`, and SQL over runs, `wb.sql`. A sweep (`wb.capture(batch=[1, 2, 4],
+seq=[128, 512])`) has its curves as DataFrames: `wb.sweep_table`, `wb.crossovers`, `wb.pareto`.
 
 A run is named as everywhere: a run id (under `root`, default `$WORKBENCH_TRACES` or ./traces), a bundle
 path, a `Bundle`, or what `wb.capture` returned (a list of bundles; a one-run function takes a list of
@@ -27,7 +28,8 @@ RunRef = str | Path | Bundle
 
 def capture(root: str | Path | None = None, **settings: Any) -> list[Bundle]:
     """Run an experiment (see `workbench.experiment.ExperimentSettings` for the settings) and return its
-    runs' bundles, the reference first."""
+    runs' bundles, the reference first. `batch` and `seq` may be lists: a sweep, one run per (variant, shape),
+    variant by variant."""
     from workbench.experiment import ExperimentSettings, run_experiment
     from workbench.trace.bundle import open_bundle
 
@@ -47,11 +49,22 @@ def load_bokehjs() -> None:
 
 
 def _render(layout: Any) -> None:
-    """Show a Bokeh layout in the notebook."""
+    """Show a Bokeh layout in the notebook, as wide as the output area (`fit_width`)."""
     from bokeh.io import show as bokeh_show
 
     load_bokehjs()
-    bokeh_show(layout)
+    bokeh_show(fit_width(layout))
+
+
+def fit_width(layout: Any) -> Any:
+    """`layout` with it and every part of it stretching to the width it is given, so that a view laid out for a
+    fixed width (a report's, a panel's) fits a notebook's output area, however wide; parts keep their heights.
+    Returns `layout`."""
+    from bokeh.models import LayoutDOM
+
+    for model in layout.select({"type": LayoutDOM}):
+        model.sizing_mode = "stretch_width"
+    return layout
 
 
 def show(runs: RunRef | Sequence[RunRef], root: str | Path | None = None) -> None:
@@ -152,6 +165,56 @@ def show_diff(a: RunRef | Sequence[RunRef], b: RunRef | Sequence[RunRef], *, pha
     if labels[0] == labels[1]:
         labels = (first.run_id, second.run_id)
     _render(diff_view(first.trace(), second.trace(), labels, phase=phase, per_step=per_step))
+
+
+def sql(query: str, runs: RunRef | Sequence[RunRef] | None = None, *, limit: int | None = None,
+        timeout_s: float | None = None, root: str | Path | None = None) -> pd.DataFrame:
+    """The rows of one SQL SELECT over runs (every run of the traces root when `runs` is None), as `workbench
+    query` runs it: tables events, memory, counters, kernel_metrics (where present) and runs, each with a `run`
+    column, read-only (`workbench.analysis.sql`, docs/sql.md). At most `limit` rows (default 1,000), stopped
+    after `timeout_s` (default 30 s); a `QueryError` of one line otherwise."""
+    from workbench.analysis import sql as queries
+    from workbench.trace.bundle import list_bundles
+
+    bundles = list_bundles(traces_root(root)) if runs is None else _bundles(runs, root)
+    result = queries.run_query(bundles, query, limit=limit or queries.DEFAULT_LIMIT,
+                               timeout_s=timeout_s or queries.DEFAULT_TIMEOUT_S)
+    if result.truncated:
+        import warnings
+
+        warnings.warn(f"only the first {len(result.table)} rows are returned; pass limit= for more", stacklevel=2)
+    return result.to_pandas()
+
+
+def sweep_table(runs: RunRef | Sequence[RunRef], reference: str = "eager",
+                root: str | Path | None = None) -> pd.DataFrame:
+    """A sweep's runs (an experiment id, or what `wb.capture` returned) as one row each: series (the variant),
+    batch, seq, latency, throughput, peak memory and speedup over `reference` at the same shape
+    (`workbench.analysis.sweep.sweep_table`)."""
+    from workbench.analysis.sweep import sweep_table as table
+
+    return table(_bundles(runs, root), reference)
+
+
+def crossovers(runs: RunRef | Sequence[RunRef], reference: str | None = "eager", metric: str = "p50_ms",
+               root: str | Path | None = None) -> pd.DataFrame:
+    """Where, as batch grows, a variant starts to beat `reference` (every pair when None) on `metric` ("p50_ms",
+    "p99_ms", "items_per_s", "tokens_per_s"): the batches either side and the interpolated crossing
+    (`workbench.analysis.sweep.crossovers`)."""
+    from workbench.analysis.sweep import crossovers as find
+    from workbench.analysis.sweep import sweep_table as table
+
+    return find(table(_bundles(runs, root), reference or ""), reference, metric)
+
+
+def pareto(runs: RunRef | Sequence[RunRef], throughput: str = "items_per_s",
+           root: str | Path | None = None) -> pd.DataFrame:
+    """A sweep's ok runs by median latency, `on_front` marking those no other run beats on both latency and
+    `throughput` (per sequence length; `workbench.analysis.sweep.pareto`)."""
+    from workbench.analysis.sweep import pareto as front
+    from workbench.analysis.sweep import sweep_table as table
+
+    return front(table(_bundles(runs, root)), throughput=throughput)
 
 
 def _one(run: RunRef | Sequence[RunRef], root: str | Path | None, what: str) -> Bundle:

@@ -5,8 +5,9 @@ imported traces.
 write its bundle → the experiment record. Bundles and record are written into one staging folder
 (`workbench.trace.staging`) and land in the traces root together, so this class is the one place that owns
 atomicity, scratch folders, a full disk and the record. Subclasses say what each step means for their runs:
-`new_runs`, `prepare`, `workload` (for the interleaved benchmark), `profile_run`, `info` (the run's
-`RunInfo`), `bundle_files`, `record` (the `ExperimentRecord`, or None) and `result`.
+`new_runs`, `prepare`, `workload` (for the interleaved benchmark), `profiles` (whether a run is profiled),
+`profile_run`, `info` (the run's `RunInfo`), `bundle_files`, `record` (the `ExperimentRecord`, or None) and
+`result`.
 """
 
 from __future__ import annotations
@@ -158,6 +159,10 @@ class Runner(Generic[RunT, ResultT]):
         """`run` as a contender of the interleaved benchmark (called again when the benchmark restarts)."""
         raise NotImplementedError
 
+    def profiles(self, run: RunT) -> bool:
+        """Whether `run` is profiled when the runner profiles (a sweep may profile some of its runs only)."""
+        return True
+
     def profile_run(self, run: RunT, folder: Path) -> Trace | None:
         """The trace of `run`'s profiled run, its raw output in `folder`; None (and `run` failed) if it could
         not be made. Exceptions fail the run, except a full disk, which stops the runner."""
@@ -220,7 +225,7 @@ class Runner(Generic[RunT, ResultT]):
     def _capture(self, run: RunT, stage: Path) -> None:
         """Profile `run` (when profiling, and it has not failed) into a scratch folder of the stage, removed
         whatever happens (so raw output is moved, not copied, into the bundle), then write its bundle."""
-        if not (self.profile and run.ok):
+        if not (self.profile and run.ok and self.profiles(run)):
             self._write(run, None, stage)
             return
         folder = make_scratch_dir(stage, "profile", run.name)

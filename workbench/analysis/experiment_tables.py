@@ -10,22 +10,26 @@ import pandas as pd
 
 from workbench.analysis.breakdown import memory_peaks, op_table, phase_window
 from workbench.analysis.steps import steps_in
+from workbench.analysis.sweep import is_sweep, run_shape
 from workbench.trace import Trace
 from workbench.trace.bundle import Bundle
-from workbench.trace.records import display_name, number
+from workbench.trace.records import display_name, number, series_name
 from workbench.trace.schema import PHASE_MEASURE
 
 
 def variant_table(bundles: Sequence[Bundle], reference: str = "eager") -> pd.DataFrame:
-    """One row per run: latency, throughput, speedup against the reference variant, compile time,
-    peak memory and numerics.
+    """One row per run: latency, throughput, speedup against the reference variant (in a sweep, against the
+    reference at the same shape), compile time, peak memory and numerics.
 
     | variant | run | status | p50_ms | p90_ms | p99_ms | mean_ms | items_per_s | tokens_per_s | speedup |
     | first_call_s | peak_bytes | sqnr_db | cosine | max_abs_error | top1 |
     """
     rows = []
+    shaped = is_sweep(bundles)
+    keys = []  # (series, shape) of each row: in a sweep, a run's reference ran at its shape
     for bundle in bundles:
         record = bundle.record
+        keys.append((series_name(record), run_shape(record) if shaped else None))
         bench = record.benchmark or {}
         numerics = record.numerics or {}
         peaks = memory_peaks(bundle.trace()) if bundle.has_trace else {}
@@ -49,9 +53,13 @@ def variant_table(bundles: Sequence[Bundle], reference: str = "eager") -> pd.Dat
     table = pd.DataFrame(rows)
     if table.empty:
         return table
-    ref = table.loc[table["variant"] == reference, "p50_ms"]
-    ref_p50 = float(ref.iloc[0]) if len(ref) and pd.notna(ref.iloc[0]) else np.nan
-    table["speedup"] = ref_p50 / table["p50_ms"].astype(float)
+    p50s = list(zip(keys, table["p50_ms"].astype(float), strict=True))
+    references: dict[object, float] = {}
+    for (series, shape), p50 in p50s:
+        if series == reference:
+            references.setdefault(shape, p50)
+    reference_p50 = pd.Series([references.get(shape, np.nan) for (_, shape), _ in p50s], dtype=float)
+    table["speedup"] = reference_p50 / table["p50_ms"].astype(float)
     return table
 
 

@@ -32,6 +32,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from workbench.analysis.ort_fusion import GRAPH_RECORD, ort_node_table, ort_summary, read_graph_record
 from workbench.analysis.steps import STEP_NAME, step_windows_of
 from workbench.analysis.trt_fusion import (
     ENGINE_JSON,
@@ -145,7 +146,7 @@ def hlo_summary(hlo_text: str) -> dict[str, Any]:
     }
 
 
-FRAMEWORKS = ("jax", "torch", "tensorrt")
+FRAMEWORKS = ("jax", "torch", "tensorrt", "onnxruntime")
 """`FusionInputs.framework` values: the run's variant backend."""
 
 
@@ -153,15 +154,16 @@ FRAMEWORKS = ("jax", "torch", "tensorrt")
 class FusionInputs:
     """What `fusion_table` needs of one run: its variant and framework, and whichever of the optimized
     HLO text, XLA's `compiled.cost_analysis()`, TensorRT's engine inspector JSON (with the ONNX node →
-    op type map) and the profiled trace the run has."""
+    op type map), ONNX Runtime's graph record (`workbench.analysis.ort_fusion`) and the profiled trace the run has."""
 
     variant: str
-    framework: Literal["jax", "torch", "tensorrt"]
+    framework: Literal["jax", "torch", "tensorrt", "onnxruntime"]
     hlo_text: str | None = None
     cost_analysis: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None
     trace: Trace | None = None
     engine_json: str | None = None
     node_ops: Mapping[str, str] | None = None
+    ort_graph: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.variant:
@@ -174,9 +176,10 @@ class FusionInputs:
 def fusion_inputs(bundle: Bundle) -> FusionInputs:
     """What `fusion_table` needs, from a run bundle: its trace; for a JAX run the optimized HLO
     (`compile/optimized.hlo.txt`) and XLA's cost analysis (run.json `notes.xla`); for a TensorRT run the
-    engine inspector's JSON (`compile/tensorrt_engine.json`) and the node map (`compile/onnx_nodes.json`)."""
+    engine inspector's JSON (`compile/tensorrt_engine.json`) and the node map (`compile/onnx_nodes.json`); for an
+    ONNX Runtime run its graph record (`compile/ort_graph.json`)."""
     record = bundle.record
-    framework = record.variant_backend if record.variant_backend in ("jax", "tensorrt") else "torch"
+    framework = record.variant_backend if record.variant_backend in FRAMEWORKS else "torch"
     compile_dir = bundle.path / "compile"
     xla = record.notes.get("xla") or {}
     engine_json = node_ops = None
@@ -184,10 +187,12 @@ def fusion_inputs(bundle: Bundle) -> FusionInputs:
         engine_json = _read_text(compile_dir / ENGINE_JSON)
         nodes = compile_dir / ONNX_NODES
         node_ops = read_node_ops(_read_text(nodes), f"run {bundle.run_id!r}: {nodes}")
+    graph = _read_text(compile_dir / GRAPH_RECORD) if framework == "onnxruntime" else None
     return FusionInputs(variant=display_name(record), framework=framework,
                         hlo_text=_read_text(compile_dir / OPTIMIZED_HLO), cost_analysis=xla.get("cost_analysis"),
                         trace=bundle.trace() if bundle.has_trace else None, engine_json=engine_json,
-                        node_ops=node_ops)
+                        node_ops=node_ops,
+                        ort_graph=None if graph is None else read_graph_record(graph, f"run {bundle.run_id!r}"))
 
 
 def _read_text(path: Path) -> str | None:
@@ -198,8 +203,11 @@ def _read_text(path: Path) -> str | None:
 def fusion_detail(run: FusionInputs) -> pd.DataFrame:
     """One run's fusions in detail: for a JAX run `hlo_fusions` of its optimized HLO (one row per fusion
     instruction); for a TensorRT run `trt_layer_table` (one row per engine layer: the ONNX nodes it fused,
-    type, tactic, precision, and its time from the trace's `layer` events). WorkbenchError for a run with
-    neither (torch's inductor leaves no fusion record: its fused kernels are in `kernel_units`)."""
+    type, tactic, precision, and its time from the trace's `layer` events); for an ONNX Runtime run
+    `ort_node_table` (node counts per op type before and after ORT's optimizations). WorkbenchError for a run with
+    none (torch's inductor leaves no fusion record: its fused kernels are in `kernel_units`)."""
+    if run.ort_graph is not None:
+        return ort_node_table(run.ort_graph)
     if run.engine_json is not None:
         return trt_layer_table(trt_fusions(run.engine_json, run.node_ops), run.trace)
     if run.hlo_text is not None:
@@ -228,6 +236,10 @@ def fusion_table(runs: Sequence[FusionInputs]) -> pd.DataFrame:
     With IProfiler `layer` events in the trace, `kernel_ns` is the median over profiled executions of their
     layers' summed time (`layer_executions`), and `step_ns` the measured steps' wall time when the trace has
     step annotations, else the executions' median wall time.
+
+    An ONNX Runtime run with its graph record: `fusions` / `fused_ops` / `unfused_ops` are `ort_summary`'s
+    (fused nodes ORT made, the nodes they replaced, the other nodes of the optimized graph); `kernels` counts
+    the nodes its ORT profile ran per step (kind `kernel`), else the optimized graph's nodes.
     """
     rows = [_table_row(run) for run in runs]
     return pd.DataFrame(rows, columns=[*TABLE_COLUMNS])
@@ -311,6 +323,11 @@ def _table_row(run: FusionInputs) -> dict[str, Any]:
             row[figure] = _trace_total(events, units, windows, column)
     if run.engine_json is not None:
         row.update(_trt_figures(run))
+    if run.ort_graph is not None:
+        summary = ort_summary(run.ort_graph)
+        row.update({key: summary[key] for key in ("fusions", "fused_ops", "unfused_ops")})
+        if run.trace is None:
+            row["kernels"] = summary["kernels"]
     if run.cost_analysis is not None:
         cost = _cost(run)
         row.update(flops=_float(cost.get("flops")), bytes_accessed=_float(cost.get("bytes accessed")))

@@ -3,20 +3,34 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import PurePath
 from typing import Any
 
 from workbench.analysis.breakdown import kernel_time_by_device, kind_counts, memory_peaks, op_table, phase_window
+from workbench.analysis.noise import latency_noise
 from workbench.trace.bundle import Bundle
 from workbench.trace.records import RunInfo, as_run_info
 from workbench.trace.schema import PHASE_MEASURE
 
 LATENCY_KEYS = ("p50", "p90", "p99", "mean", "std", "min", "max")
 
+RANDOM_WEIGHTS_NOTE = ("random weights: SQNR and top-1 compare each variant with the reference, not a trained "
+                       "model's accuracy")
+"""What numerics on seeded random weights (built-ins, hf-config:, uncached vision weights) mean."""
+
+
+def model_label(name: str | None, weights: str | None) -> str | None:
+    """A model's name with its weights, e.g. "hf-config:gpt2 (random weights)"; the bare name when the weights
+    were not recorded (None for an import, which names no model)."""
+    return f"{name} ({weights} weights)" if name and weights else name
+
 
 def run_summary(bundle: Bundle, top: int = 10) -> dict[str, Any]:
     """Key figures of a run as JSON-ready values.
 
-    `{"run", "status", "model", "variant", "device", "events": {kind: n}, "kernel_ns": {device: ns},
+    `{"run", "status", "model", "weights": "real" | "random" | None, "variant", "device", "events": {kind: n},
+    "kernel_ns": {device: ns},
+    "noise": why the latency samples are noisy (None when they are not),
     "ops": n, "memory_peak_bytes": {device: n}, "latency_ms": {...}, "throughput": {...},
     "numerics": {...}, "llm": {...} | None, "warnings": [...], "top_ops": [...], "top_kernels": [...]}`; the op
     tables cover the `measure` phase of a capture (steady state, not compilation) and the whole trace of an
@@ -29,10 +43,12 @@ def run_summary(bundle: Bundle, top: int = 10) -> dict[str, Any]:
         "error": record.error,
         "experiment": record.experiment,
         "model": record.model_name,
+        "weights": record.model_weights,
         "variant": record.variant_name,
         "device": record.device,
         "created": record.created,
         "latency_ms": {k: bench[k] for k in LATENCY_KEYS if k in bench},
+        "noise": noise_reason(bench),
         "throughput": {k: bench[k] for k in ("items_per_s", "tokens_per_s") if bench.get(k) is not None},
         "first_call_s": record.first_call_s,
         "numerics": record.numerics or {},
@@ -94,7 +110,9 @@ def _records(table) -> list[dict[str, Any]]:
 
 def run_row(run_id: str, info: RunInfo | Mapping[str, Any]) -> dict[str, Any]:
     """One run's line in listings (`workbench ls`, the server's `GET runs`): its id, what ran where,
-    its status, median latency, experiment and creation time."""
+    its status, median latency, experiment and creation time; its batch, the file an import came from
+    (`file`, its name only) and why its latency samples are noisy (`noise`, `workbench.analysis.noise`; None
+    when they are not, or cannot be judged)."""
     record = as_run_info(info)
     return {
         "run": run_id,
@@ -105,4 +123,14 @@ def run_row(run_id: str, info: RunInfo | Mapping[str, Any]) -> dict[str, Any]:
         "p50_ms": record.p50_ms,
         "experiment": record.experiment,
         "created": record.created or "",
+        "batch": record.batch,
+        "file": PurePath(record.imported_from).name if record.imported_from else None,
+        "noise": noise_reason(record.benchmark),
     }
+
+
+def noise_reason(benchmark: Mapping[str, Any] | None) -> str | None:
+    """Why a run's latency samples are noisy (`workbench.analysis.noise`); None when they are not or cannot be
+    judged."""
+    noise = latency_noise(benchmark)
+    return noise.reason if noise is not None and noise.noisy else None

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from workbench.trace import Trace
 
 BUILTIN = {"torch": "workbench.backends.torch_backend", "jax": "workbench.backends.jax_backend",
-           "tensorrt": "workbench.backends.tensorrt", "onnxruntime": "workbench.backends.onnxruntime_backend"}
+           "tensorrt": "workbench.backends.tensorrt", "onnxruntime": "workbench.backends.onnxruntime"}
 """The built-in backends and their modules, in the order their variants are listed."""
 
 
@@ -138,6 +138,11 @@ def prepare(variant: Variant, loaded: LoadedModel, *, kernel_profile: bool = Fal
     """A runnable copy of `loaded` for `variant`, by its backend; VariantUnavailable if it cannot run here.
 
     `kernel_profile` makes compiler-generated kernels appear as named profiler events where the backend
-    supports it (inductor's CPU kernels); notes["kernel_profile"] says whether it applied.
+    supports it (inductor's CPU kernels); notes["kernel_profile"] says whether it applied. A model that only
+    some backends run (an ONNX file: onnxruntime) is VariantUnavailable on the others.
     """
+    if loaded.backends is not None and variant.backend not in loaded.backends:
+        runnable = [name for name in list_variants() if _variants()[name].backend in loaded.backends]
+        raise VariantUnavailable(f"variant {variant.name}: model {loaded.name} ({loaded.source}) runs only on "
+                                 f"{', '.join(loaded.backends)} variants: {', '.join(runnable)}")
     return get_backend(variant.backend).prepare(variant, loaded, kernel_profile=kernel_profile)

@@ -3,6 +3,7 @@ an HTML `report` of runs or experiments."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +11,10 @@ import click
 from rich.text import Text
 
 from workbench.cli.options import json_option, out_option
-from workbench.cli.render import err, errors, labelled, nothing, out, print_json, print_kv, print_table
+from workbench.cli.render import err, errors, labelled, nothing, out, print_json, print_kv, print_table, progress
+from workbench.errors import EXIT_PARTIAL
 from workbench.paths import checked_output, checked_root
-from workbench.views.text_tables import TextTable, cells
+from workbench.views.text_tables import Cell, TextTable, cells, format_number
 
 RUN_COLUMNS = ("run", "model", "variant", "device", "status", "p50 ms", "experiment", "created")
 OP_COLUMNS = ("name", "calls", "total ms", "self ms", "device ms", "share")
@@ -20,25 +22,34 @@ OP_COLUMNS = ("name", "calls", "total ms", "self ms", "device ms", "share")
 
 @click.command(name="import")
 @click.argument("files", nargs=-1, required=False, type=click.Path(path_type=Path))
-@click.option("--ranks", "ranks_dir", type=click.Path(path_type=Path), default=None,
+@click.option("--ranks", "ranks_dir", default=None, metavar="DIR|URL",
               help="A folder of per-rank traces of one job (Kineto with distributedInfo, or one nsys export per "
-                   "process): one bundle per rank on a shared time axis, plus an experiment grouping them.")
+                   "process), a path or an fsspec URL (s3://, gs://...): one bundle per rank on a shared time "
+                   "axis, plus an experiment grouping them.")
 @click.option("--align", type=click.Choice(["clock", "collective"]), default="clock", show_default=True,
               help="With --ranks: put ranks on one axis by their hosts' clocks, or also line up the end of each "
                    "rank's first NCCL/RCCL collective kernel (corrects clock skew between hosts).")
-@out_option
+@click.option("--cluster", default="local", show_default=True, metavar="local|auto|ray://HOST:PORT",
+              help="With --ranks: where the per-rank work runs: this machine's process pool, the Ray cluster "
+                   "running here, or a remote Ray cluster (needs `pip install 'workbench[ray]'`). On a cluster a "
+                   "rank that fails is reported and the others kept (exit code 1).")
+@click.option("--out", "out_dir", default=None, metavar="DIR|URL",
+              help="Traces root (default: $WORKBENCH_TRACES or ./traces); with --ranks also an fsspec URL.")
 @json_option
-def import_(files: tuple[Path, ...], ranks_dir: Path | None, align: str, out_dir: Path | None,
+def import_(files: tuple[Path, ...], ranks_dir: str | None, align: str, cluster: str, out_dir: str | None,
             as_json: bool) -> None:
     """Make bundles from traces captured elsewhere (Kineto/Chrome JSON or .json.gz, XSpace .xplane.pb or a
     plugins/profile folder, Nsight Systems SQLite); prints the run ids."""
     from workbench.imports import import_traces
+    from workbench.storage import is_url
 
     if ranks_dir is not None:
-        _import_ranks(files, ranks_dir, align, out_dir, as_json)
+        _import_ranks(files, ranks_dir, align, cluster, out_dir, as_json)
         return
-    if align != "clock":
-        raise click.UsageError("--align applies to --ranks FOLDER")
+    if align != "clock" or cluster != "local":
+        raise click.UsageError(f"{'--align' if align != 'clock' else '--cluster'} applies to --ranks FOLDER")
+    if out_dir is not None and is_url(out_dir):
+        raise click.UsageError("a URL as traces root applies to --ranks FOLDER; give a folder")
     if not files:
         raise click.UsageError("give trace files to import, or --ranks FOLDER")
     with errors():
@@ -53,22 +64,29 @@ def import_(files: tuple[Path, ...], ranks_dir: Path | None, align: str, out_dir
             click.echo(run_id)
 
 
-def _import_ranks(files: tuple[Path, ...], folder: Path, align: str, out_dir: Path | None, as_json: bool) -> None:
-    """`import --ranks FOLDER`: print the experiment id and the run id of each rank."""
-    from workbench.imports import import_ranks
+def _import_ranks(files: tuple[Path, ...], folder: str, align: str, cluster: str, out_dir: str | None,
+                  as_json: bool) -> None:
+    """`import --ranks FOLDER`: print the experiment id and the run id of each rank; the files that failed on
+    stderr, with exit code 1 (`EXIT_PARTIAL`)."""
+    from workbench.rank_import import import_rank_job
+    from workbench.storage import is_url
 
     if files:
         raise click.UsageError("give either trace files or --ranks FOLDER, not both")
     with errors():
-        root = checked_root(out_dir, writing=True)
-    with errors(), err.status("reading rank traces", spinner="dots") if not as_json else nothing():
-        experiment_id, run_ids = import_ranks(folder, root, align=align)
+        root = out_dir if out_dir is not None and is_url(out_dir) else checked_root(out_dir, writing=True)
+    with errors(), progress(as_json, False) as bars:
+        imported = import_rank_job(folder, root, align=align, cluster=cluster, progress=bars)
     if as_json:
-        print_json({"experiment": experiment_id, "runs": run_ids})
+        print_json({"experiment": imported.experiment_id, "runs": imported.run_ids, "failed": imported.failed})
     else:
-        click.echo(f"experiment {experiment_id}")
-        for run_id in run_ids:
+        click.echo(f"experiment {imported.experiment_id}")
+        for run_id in imported.run_ids:
             click.echo(run_id)
+        for name, message in imported.failed.items():
+            err.print(labelled("failed:", "red", f"{name}: {message}"))
+    if imported.failed:
+        sys.exit(EXIT_PARTIAL)
 
 
 def _print_warnings(run_ids: list[str], root: Path) -> None:
@@ -126,13 +144,23 @@ def runs_table(root: Path, rows: list[dict[str, Any]]) -> TextTable:
     """The runs of the traces root (`run_row`s), as `ls` lists them."""
     return TextTable(f"runs in {root}", RUN_COLUMNS, tuple(
         cells(row["run"], row["model"] or "-", row["variant"] or "-", row["device"] or "-", row["status"],
-              row["p50_ms"], row["experiment"] or "-", row["created"][:19]) for row in rows),
+              median_cell(row["p50_ms"], row["noise"]), row["experiment"] or "-", row["created"][:19]) for row in rows),
         left=frozenset(RUN_COLUMNS) - {"p50 ms"})
+
+
+def median_cell(p50_ms: float | None, noise: str | None) -> Any:
+    """A run's median latency for a table, flagged when its samples are noisy (`noise`: why, or None)."""
+    if not noise:
+        return p50_ms
+    return (Cell(format_number(p50_ms)), Cell(" noisy", "bad"))
 
 
 def _print_summary(s: dict[str, Any]) -> None:
     """`show`'s text: the run's headline, then its figures, and its top ops and kernels as tables."""
-    out.print(Text.assemble((s["run"], "bold"), f"  model {s['model'] or '-'}  variant {s['variant'] or '-'}  "
+    from workbench.analysis.summary import model_label
+
+    out.print(Text.assemble((s["run"], "bold"), f"  model {model_label(s['model'], s.get('weights')) or '-'}  "
+                            f"variant {s['variant'] or '-'}  "
                             f"device {s['device']}  status {s['status']}"))
     if s.get("error"):
         err.print(labelled("error:", "red", s["error"]))
@@ -140,8 +168,12 @@ def _print_summary(s: dict[str, Any]) -> None:
         err.print(labelled("warning:", "yellow", warning))
     if s["latency_ms"]:
         print_kv("latency (ms)", {**s["latency_ms"], **s["throughput"], "first call s": s.get("first_call_s")})
+    if s.get("noise"):
+        err.print(labelled("noisy:", "yellow", f"{s['noise']}: the median may not hold; try --threads 1, fewer "
+                                                "other jobs or more --iterations"))
     if s["numerics"]:
-        print_kv("numerics vs fp32 eager", s["numerics"])
+        print_kv("numerics vs fp32 eager" + (" (random weights)" if s.get("weights") == "random" else ""),
+                 s["numerics"])
     if s.get("llm"):
         print_kv("generation", {k: v for k, v in s["llm"].items() if not isinstance(v, (dict, list))})
     if s["events"]:

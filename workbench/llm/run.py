@@ -280,12 +280,21 @@ class _Sweep(Runner[_Run, GenerationResult]):
         s = self.settings
         loaded, module = self.models[point.attention]
         swept = frozenset(key for key in SWEPT if len(getattr(s, key)) > 1)
-        name = point.name(attention_kind(loaded.config), swept, s.speculative)
+        name = point.name(self.attention(loaded), swept, s.speculative)
         (prompt,) = loaded.make_inputs(point.batch, point.prompt)
         run = _Run(point, name, new_run_id(loaded.name, name), loaded, module, prompt.to(self.device))
         if point.decoding == SPECULATIVE:
             run.draft, run.k = first_layers_draft(module, s.draft_layers), s.speculative
         return run
+
+    def attention(self, loaded: LoadedModel) -> str:
+        """The attention kind that names and labels the runs of `loaded`."""
+        return attention_kind(loaded.config)
+
+    def predicted_kv_bytes(self, run: _Run) -> int | None:
+        """The KV-cache bytes the formula predicts for `run`'s cache at its context."""
+        p = run.point
+        return kv_cache_bytes(run.loaded.config, p.batch, run.context, p.kv)
 
     def _reference(self, run: _Run) -> Generation:
         """The fp32-cache greedy run (logits kept) of `run`'s model and sizes, computed once."""
@@ -384,12 +393,12 @@ class _Sweep(Runner[_Run, GenerationResult]):
         """The "llm" object of run.json (None for a run that never got timed)."""
         if not run.times:
             return None
-        p, config = run.point, run.loaded.config
+        p = run.point
         peak, peak_source = self._peak_bytes(run)
-        predicted = kv_cache_bytes(config, p.batch, run.context, p.kv) if run.context else None
+        predicted = self.predicted_kv_bytes(run) if run.context else None
         info = llm_metrics(run.times, kv_cache_bytes=run.kv_bytes, kv_cache_bytes_predicted=predicted,
                            peak_memory_bytes=peak)
-        info.update(peak_memory_source=peak_source, attention=attention_kind(config), kv=p.kv, context=run.context,
+        info.update(peak_memory_source=peak_source, attention=self.attention(run.loaded), kv=p.kv, context=run.context,
                     prompt=p.prompt, new=p.new, decoding=p.decoding, numerics=run.numerics)
         if run.draft is not None:
             info["speculative"] = self._speculative_info(run)
@@ -420,7 +429,7 @@ class _Sweep(Runner[_Run, GenerationResult]):
         return RunInfo(
             run_id=run.run_id, status=run.status, error=run.error, traceback=run.error_traceback,
             experiment=self.experiment_id, kind=GENERATION, model=model_info(s.model, loaded),
-            variant={"name": run.name, "attention": attention_kind(loaded.config), "kv": p.kv, "decoding": p.decoding,
+            variant={"name": run.name, "attention": self.attention(loaded), "kv": p.kv, "decoding": p.decoding,
                      "batch": p.batch, "prompt": p.prompt, "new": p.new, "device": str(self.device)},
             device=str(self.device), batch=p.batch, seq=p.prompt, items_per_call=p.batch,
             tokens_per_call=p.batch * p.new, environment=self.environment,

@@ -1,4 +1,5 @@
-"""The model zoo: built-in models with seeded weights, user factories and exported programs.
+"""The model zoo: built-in models with seeded weights, real architectures (`hf:`, `hf-config:`, `torchvision:`,
+`timm:`), user factories and exported programs.
 
 `load_model(ref, **config)` is the one entry point; everything it returns is a `LoadedModel`
 (fp32, CPU, eval mode) that knows how to make its own example inputs. Built-ins are constructed

@@ -11,7 +11,10 @@ from torch import nn
 
 from workbench.errors import WorkbenchError
 
-Source = Literal["builtin", "factory", "export"]
+Source = Literal["builtin", "factory", "export", "onnx", "hf", "hf-config", "torchvision", "timm"]
+Weights = Literal["real", "random"]
+"""'random': seeded weights the workbench made (built-ins, hf-config:, a vision model without cached
+weights); 'real': the weights the source brought (a checkpoint, a file, a user factory's module)."""
 InputMaker = Callable[[int, int | None], tuple[torch.Tensor, ...]]
 
 
@@ -34,6 +37,14 @@ class LoadedModel:
     source: Source
     input_maker: InputMaker = field(repr=False)
     default_seq: int | None = None
+    backends: tuple[str, ...] | None = None
+    """The backends that can run it (an ONNX file: onnxruntime only); None for every backend."""
+    reference: str | None = None
+    """The variant whose output is its numerics reference (an ONNX file: ort-noopt); None for the default."""
+    weights: Weights = "real"
+    """Whether the weights are trained ones or seeded random ones (see `Weights`)."""
+    hf_model: Any = field(default=None, repr=False)
+    """The transformers model behind `module` (hf:, hf-config:), for generation; None for other sources."""
 
     def _seq(self, seq: int | None) -> int | None:
         if self.default_seq is None:

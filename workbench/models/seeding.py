@@ -8,7 +8,8 @@ bit-identical weights in any process, whatever else has used torch's global rand
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -80,3 +81,12 @@ def materialize(factory: Callable[[], nn.Module], seed: int) -> nn.Module:
 def input_generator(seed: int) -> torch.Generator:
     """A generator for example inputs, on a stream separate from the weights' one."""
     return torch.Generator(device="cpu").manual_seed(seed + 1_000_003)
+
+
+@contextmanager
+def seeded_global_rng(seed: int) -> Iterator[None]:
+    """Run a third-party constructor that draws its initial weights from torch's global RNG (transformers,
+    torchvision, timm) with that RNG seeded to `seed`; the caller's global random state is restored after."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield

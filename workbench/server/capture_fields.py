@@ -98,9 +98,10 @@ def with_choices(fields: Sequence[CaptureField]) -> list[CaptureField]:
 def capture_options() -> dict[str, Any]:
     """The reply of `GET capture/options`: the fields (`CaptureField.to_json`, with choices), the variants
     with their backend and description, the profilers with what they need, the devices this machine has
-    and the built-in models, for a client to build its capture form from."""
+    and the models a picker offers (`models`: built-ins, `hf-config:` presets, common torchvision/timm models;
+    `builtin_models`: the built-ins alone), for a client to build its capture form from."""
     from workbench.backends import available_devices, get_variant, list_variants
-    from workbench.models.registry import list_models
+    from workbench.models.registry import list_models, model_choices
     from workbench.profiling import get_profiler, profilers
 
     variants = [get_variant(name) for name in list_variants()]
@@ -110,7 +111,8 @@ def capture_options() -> dict[str, Any]:
         "profilers": [{"name": spec.name, "description": spec.description, "tool": spec.tool,
                        "needs_cuda": spec.needs_cuda} for spec in map(get_profiler, profilers())],
         "devices": available_devices(),
-        "models": list_models(),
+        "models": model_choices(),
+        "builtin_models": list_models(),
     }
 
 
@@ -141,12 +143,17 @@ def _field(key: str, hint: Any, default: Any, path: tuple[str, ...], inverted: b
 
 def json_type_of(hint: Any) -> tuple[str, bool]:
     """The JSON type of a settings annotation and whether it admits None: `int | None` -> ("integer", True),
-    `tuple[str, ...]` -> ("array", False). An annotation with no JSON form raises TypeError, so a new setting
+    `tuple[str, ...]` -> ("array", False). A sweepable size, `int | tuple[int, ...]` (`ExperimentSettings.batch`),
+    is "integer": a capture request gives one value, as the panel's form does; sweeps come from the CLI and
+    the notebook. An annotation with no JSON form raises TypeError, so a new setting
     of such a type is noticed here rather than sent as something else."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType) and type(None) in args:
-        (inner,) = [a for a in args if a is not type(None)]
-        return json_type_of(inner)[0], True
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 2 and tuple[inner[0], ...] == inner[1]:  # a size or a sweep of sizes: a request takes one
+            inner = inner[:1]
+        if len(inner) == 1:
+            return json_type_of(inner[0])[0], type(None) in args
     simple = {str: "string", bool: "boolean", int: "integer", float: "number"}
     if hint in simple:
         return simple[hint], False

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
+from workbench.models.hf_local import local_name
 from workbench.models.registry import list_models, model_source
 
 FACTORY_SETTING = "c.WorkbenchServerApp.allowed_factory_modules"
@@ -46,7 +47,13 @@ class ModelPolicy:
             self._check_factory(ref)
         elif source == "export":
             return str(self._checked_file(ref))
-        return ref  # a built-in model, or an unknown name the capture command rejects with the list
+        elif source == "onnx":  # an ONNX file is data, not code, but read only from the allowed folders too
+            return f"onnx:{self._checked_file(ref.removeprefix('onnx:'))}"
+        elif source == "hf" and (self.cwd / local_name(ref)).is_dir():  # a folder of weights: like a model file
+            return f"hf:{self._checked_file(local_name(ref), directory=True)}"
+        # a built-in model, hf-config:/torchvision:/timm: (code of installed packages, seeded weights), an HF id
+        # read from the local cache (never with remote code), or an unknown name the capture command rejects
+        return ref
 
     def _check_factory(self, ref: str) -> None:
         module, _, attribute = ref.partition(":")
@@ -60,11 +67,13 @@ class ModelPolicy:
             raise ModelRefused(f"model {ref!r}: through the server a factory must be a public name of its "
                                f"module (no '.' or leading '_'), e.g. {module}:make_model")
 
-    def _checked_file(self, ref: str) -> Path:
+    def _checked_file(self, ref: str, directory: bool = False) -> Path:
+        """The resolved file (a folder when `directory`) `ref` names, when it lies in an allowed folder."""
         real = _resolved(self.cwd / ref)
         folders = [folder for folder in (_resolved(self.cwd / Path(name).expanduser()) for name in self.model_dirs
                                          if name) if folder is not None]
-        if real is None or not real.is_file() or not any(real.is_relative_to(folder) for folder in folders):
+        kind_ok = real is not None and (real.is_dir() if directory else real.is_file())
+        if real is None or not kind_ok or not any(real.is_relative_to(folder) for folder in folders):
             raise ModelRefused(
                 f"model {ref!r}: this server loads model files only from the folders its admin allows "
                 f"({DIRS_SETTING}), and this is no file in one of them")

@@ -5,6 +5,8 @@
                       model, variant, device, experiment, whatever the caller adds (versions, benchmark
                       stats, numerics, capture settings) and the Trace metadata under "trace"
       events.parquet  memory.parquet  counters.parquet   (zstd; only when the run has a trace)
+      events.index    the timeline's index of events.parquet (`workbench.analysis.span_index`): derived,
+                      built again on first open when missing or stale (bundles of earlier versions)
       kernel_metrics.parquet  cuda_allocator.parquet  cuda_segments.parquet
                       optional tables of some runs (Nsight Compute metrics; the CUDA allocator's
                       history and segments), read with `Bundle.table`
@@ -44,7 +46,7 @@ import pyarrow.parquet as pq
 from workbench.errors import BundleError, write_error
 from workbench.limits import MAX_RUN_ID_LEN
 from workbench.trace.model import Trace
-from workbench.trace.records import RunInfo
+from workbench.trace.records import READABLE_VERSIONS, RunInfo
 from workbench.trace.schema import SCHEMA_VERSION
 from workbench.trace.scratch import scratch_name
 
@@ -140,9 +142,10 @@ def load_record(path: Path, label: str) -> dict[str, Any]:
     if not isinstance(record, dict):
         raise BundleError(f"{label}: malformed {path}: a JSON {type(record).__name__}, not an object")
     version = record.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if type(version) is not int or version not in READABLE_VERSIONS:
         raise BundleError(f"{label}: {path} has schema_version {version!r}; this workbench reads "
-                          f"version {SCHEMA_VERSION} (a newer one needs a newer workbench)")
+                          f"version {', '.join(map(str, sorted(READABLE_VERSIONS)))} (a newer one needs a newer "
+                          "workbench)")
     return record
 
 
@@ -254,6 +257,9 @@ def write_bundle(root: str | Path, run_id: str, info: RunInfo | Mapping[str, Any
         if trace is not None:
             for name in TABLES:
                 pq.write_table(getattr(trace, name), tmp / f"{name}.parquet", compression="zstd")
+            from workbench.analysis.span_index import write_index  # the index is the timeline's, derived here
+
+            write_index(tmp / f"{TABLES[0]}.parquet")
         for name, table in tables.items():
             pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
         raw = tmp / RAW_DIR

@@ -61,7 +61,8 @@ def write_experiment(root: str | Path, experiment_id: str, info: ExperimentRecor
     """Write, or atomically replace (an experiment may gain runs), the record `experiment_id` in
     `root/experiments/` and return its path. `info` needs `model`, `reference` and `runs`; `created`
     defaults to now, `schema_version` and `experiment_id` are added (an `ExperimentRecord` gives its fields
-    but those two and an unset `created`)."""
+    but those two and an unset `created`, and its own schema version: 2 for a sweep)."""
+    version = info.schema_version if isinstance(info, ExperimentRecord) else SCHEMA_VERSION
     if isinstance(info, ExperimentRecord):
         info = {key: value for key, value in info.to_json().items()
                 if key not in ("schema_version", "experiment_id") and not (key == "created" and value is None)}
@@ -73,7 +74,7 @@ def write_experiment(root: str | Path, experiment_id: str, info: ExperimentRecor
     runs = info["runs"]
     if not isinstance(runs, (list, tuple)) or not all(is_valid_run_id(r) for r in runs):
         raise BundleError(f"experiment {experiment_id!r}: runs must be a list of run ids, not {runs!r}")
-    fixed = {"schema_version": SCHEMA_VERSION, "experiment_id": experiment_id}
+    fixed = {"schema_version": version, "experiment_id": experiment_id}
     reserved = sorted(fixed.keys() & info.keys())
     if reserved:
         raise BundleError(f"experiment {experiment_id!r}: info may not set {', '.join(reserved)}")

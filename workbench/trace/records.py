@@ -17,8 +17,12 @@ from typing import Any, ClassVar
 from workbench.errors import BundleError
 from workbench.trace.schema import SCHEMA_VERSION
 
-READABLE_VERSIONS = frozenset({1})
+READABLE_VERSIONS = frozenset({1, 2})
 """Schema versions of run.json and experiment records this release reads."""
+
+SWEEP_SCHEMA_VERSION = 2
+"""The schema version of a sweep's experiment record (one with a `grid`): releases before sweeps would read
+its runs as one shape's variants, so they refuse it instead. Every other record stays at version 1."""
 
 Json = dict[str, Any]
 
@@ -65,7 +69,7 @@ def _int(value: object) -> int | None:
 
 def _version(data: Json, label: str) -> int:
     version = data.get("schema_version", 1)
-    if version not in READABLE_VERSIONS:
+    if type(version) is not int or version not in READABLE_VERSIONS:
         raise BundleError(f"{label}: schema version {version!r} is newer than this workbench reads "
                           f"({', '.join(map(str, sorted(READABLE_VERSIONS)))}); upgrade workbench")
     return int(version)
@@ -137,13 +141,16 @@ class RunInfo(_Record):
     rank: int | None = None
     world_size: int | None = None
     trace: Json | None = None
+    label: str | None = None
+    """How the run is named in a sweep: its variant and the swept sizes it ran at ("eager-b4-s128"); None
+    outside sweeps (the variant's name then names it)."""
     extra: Json = field(default_factory=dict)
 
     _COERCE: ClassVar[dict[str, Any]] = {
         **{name: _object for name in ("environment", "benchmark", "numerics", "phases_ms", "capture", "xprof",
                                       "device_properties", "op_flops", "llm", "generation", "trace")},
         **{name: _text for name in ("created", "error", "traceback", "experiment", "kind", "device", "reference",
-                                    "reference_error", "source", "imported_from")},
+                                    "reference_error", "source", "imported_from", "label")},
         **{name: _int for name in ("batch", "seq", "items_per_call", "tokens_per_call", "rank", "world_size")},
         "model": _named, "variant": _named, "first_call_s": number, "notes": lambda v: _object(v) or {},
     }
@@ -157,6 +164,12 @@ class RunInfo(_Record):
     def model_name(self) -> str | None:
         """The model's name (None for an import)."""
         return _text((self.model or {}).get("name"))
+
+    @property
+    def model_weights(self) -> str | None:
+        """Whether the model's weights were "real" (trained, or the user's) or "random" (seeded); None when not
+        recorded (imports, bundles written before weights were recorded)."""
+        return _text((self.model or {}).get("weights"))
 
     @property
     def variant_name(self) -> str | None:
@@ -184,7 +197,9 @@ class ExperimentRecord(_Record):
     """An experiment's record: the runs of one model (or of one multi-rank import) with their reference
     variant; `failed` names the variants that failed; `kind` is "generation" for a generation sweep. A
     multi-rank import adds `ranks` (rank, run, file, clock offset...), `world_size`, `align` and
-    `imported_from`."""
+    `imported_from`. A capture over several shapes has a `grid` ({"batch": [...], "seq": [...],
+    "profile_shapes": ...}; schema version 2) and one run per (variant, shape); its `variants` and `failed`
+    then name runs by their labels ("eager-b4")."""
 
     experiment_id: str = ""
     schema_version: int = SCHEMA_VERSION
@@ -204,6 +219,7 @@ class ExperimentRecord(_Record):
     world_size: int | None = None
     align: str | None = None
     imported_from: str | None = None
+    grid: Json | None = None
     extra: Json = field(default_factory=dict)
 
     REQUIRED: ClassVar[tuple[str, ...]] = ("model", "reference", "runs")
@@ -213,7 +229,7 @@ class ExperimentRecord(_Record):
         **{name: _text for name in ("created", "kind", "model", "model_ref", "reference", "reference_error", "align",
                                     "imported_from")},
         "world_size": _int, "ranks": lambda v: [r for r in v if isinstance(r, dict)] if isinstance(v, list) else None,
-        **{name: _object for name in ("settings", "environment", "phases_ms")},
+        **{name: _object for name in ("settings", "environment", "phases_ms", "grid")},
         **{name: (lambda v: [x for x in v if isinstance(x, str)] if isinstance(v, list) else [])
            for name in ("runs", "variants", "failed")},
     }
@@ -235,5 +251,16 @@ def as_run_info(run: RunInfo | Mapping[str, Any]) -> RunInfo:
 
 
 def display_name(info: RunInfo) -> str:
-    """How a run is named in tables, legends and tabs: its variant's name, else its run id."""
-    return info.variant_name or info.run_id
+    """How a run is named in tables, legends and tabs: its sweep label, else its variant's name, else its run id."""
+    return info.label or info.variant_name or info.run_id
+
+
+def series_name(info: RunInfo) -> str:
+    """The variant a run measured without the sizes it ran at, which a sweep draws as one curve: the variant's
+    name for a capture ("eager"), attention and KV format (and "spec" when speculative) for a generation run
+    ("mha-fp32"), else its display name."""
+    variant = _named(info.variant) or {}
+    if info.kind == GENERATION and isinstance(variant.get("kv"), str):
+        parts = [str(variant.get("attention") or "default"), variant["kv"]]
+        return "-".join(parts + (["spec"] if variant.get("decoding") == "speculative" else []))
+    return info.variant_name or display_name(info)

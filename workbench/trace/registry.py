@@ -142,6 +142,22 @@ def _looks_like_json(head: bytes) -> bool:
     return text[:1] in (b"{", b"[")
 
 
+def _looks_like_ort_profile(head: bytes) -> bool:
+    from workbench.trace.ort_profile import looks_like_ort_profile
+
+    return looks_like_ort_profile(head)
+
+
+def _read_ort_profile(path: Path) -> Trace:
+    from workbench.trace.ort_profile import read_ort_profile
+
+    return read_ort_profile(path)
+
+
+# before kineto, whose sniff takes any JSON: ONNX Runtime's profile is a Chrome-trace array of its own
+register_format(TraceFormat("ort_profile", (".json", ".json.gz"), _looks_like_ort_profile, _read_ort_profile))
+
+
 def _read_kineto(path: Path) -> Trace:
     from workbench.trace.kineto import read_kineto
 

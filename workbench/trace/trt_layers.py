@@ -30,9 +30,10 @@ import pyarrow.compute as pc
 
 from workbench.errors import WorkbenchError
 from workbench.trace import schema
+from workbench.trace.appended import append_trace
 from workbench.trace.columns import dict_array, encode_strings
 from workbench.trace.model import Trace
-from workbench.trace.multirank import absolute_origin_ns, shift_trace
+from workbench.trace.multirank import absolute_origin_ns
 
 TRACK = "TensorRT layers"
 """Track suffix: events go to `<device>/TensorRT layers`."""
@@ -211,19 +212,12 @@ def merge_layer_times(trace: Trace, times: LayerTimes, device: str, *, engine: s
         end = pc.max(pc.add(events["start_ns"], events["dur_ns"])).as_py() if events.num_rows else None
         first = pc.min(extra.events["start_ns"]).as_py()
         placement, shift = "after trace", (end or 0) + LAYERS_GAP_NS - first
-    extra = shift_trace(extra, shift)
-    rows = trace.events.num_rows
-    appended = extra.events
-    for column in ("parent", "launcher"):
-        values = appended[column]
-        shifted = pc.if_else(pc.greater_equal(values, 0), pc.add(values, rows), values)
-        appended = appended.set_column(appended.schema.get_field_index(column), column, shifted)
-    events = pa.concat_tables([trace.events, appended]).unify_dictionaries()
-    metadata = {**trace.metadata, "tensorrt_layers": {
+    merged = append_trace(trace, extra, shift)
+    merged.metadata["tensorrt_layers"] = {
         "source": {"format": FORMAT}, "placement": placement, "shift_ns": shift, "timing": TIMING_NOTE,
-        "executions": extra.metadata["executions"], "events": appended.num_rows,
-        "skipped": extra.metadata["reader"]["skipped"]}}
-    return Trace(events=events, memory=trace.memory, counters=trace.counters, metadata=metadata)
+        "executions": extra.metadata["executions"], "events": extra.events.num_rows,
+        "skipped": extra.metadata["reader"]["skipped"]}
+    return merged
 
 
 def _trace(device: str, index: int, names: list[str], kinds: list[str], start: list[int], dur: list[int],

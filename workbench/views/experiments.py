@@ -22,11 +22,14 @@ from workbench.analysis.breakdown import phase_window
 from workbench.analysis.experiment_tables import latency_samples, op_comparison, variant_table
 from workbench.analysis.fusion import fusion_inputs, fusion_table
 from workbench.analysis.steps import aligned_on_first_step
+from workbench.analysis.summary import RANDOM_WEIGHTS_NOTE
+from workbench.analysis.sweep import is_sweep
 from workbench.analysis.timeline import count_spans
 from workbench.trace import Trace
 from workbench.trace.bundle import Bundle
 from workbench.trace.schema import PHASE_MEASURE
 from workbench.views._table import data_table, frame_source
+from workbench.views.sweep import sweep_view
 from workbench.views.timeline import timeline
 
 SUMMARY_COLUMNS = [
@@ -39,16 +42,20 @@ SUMMARY_COLUMNS = [
 
 
 def experiments_view(bundles: Sequence[Bundle], reference: str = "eager", *, width: int = 1100, top_ops: int = 40):
-    """The comparison layout of several runs (usually the runs of one experiment)."""
+    """The comparison layout of several runs (usually the runs of one experiment); a sweep's curves first
+    (`workbench.views.sweep`) when some variant ran at several shapes."""
     table = variant_table(bundles, reference)
     variants = table["variant"].tolist() if not table.empty else []
     colors = {v: Category10_10[i % 10] for i, v in enumerate(variants)}
     traces = {display: b.trace() for display, b in zip(variants, bundles, strict=True) if b.has_trace}
+    note = f"; {RANDOM_WEIGHTS_NOTE}" if any(b.record.model_weights == "random" for b in bundles) else ""
     parts = [
-        Paragraph(text=f"{len(bundles)} runs compared against {reference}", width=width),
+        Paragraph(text=f"{len(bundles)} runs compared against {reference}{note}", width=width),
         row(latency_figure(bundles, colors, width=width // 2), speedup_figure(table, colors, width=width // 2)),
         data_table(table, SUMMARY_COLUMNS, width=width, height=30 + 28 * max(len(table), 1)),
     ]
+    if is_sweep(bundles):
+        parts.insert(1, sweep_view(bundles, reference, width=width))
     if traces:
         fusion = fusion_table([fusion_inputs(b) for b in bundles if b.has_trace])
         parts.append(Paragraph(text="fusion, per profiled step: kernels (XLA ops, device kernels, TensorRT engine "

@@ -38,4 +38,6 @@ export interface ICaptureRequest {
   kernel_name?: string | null;
   /** `--launch-count`, default 50, from 1 */
   launch_count?: number;
+  /** `--profile-shapes`, default "all" */
+  profile_shapes?: string;
 }
