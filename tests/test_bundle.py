@@ -101,7 +101,7 @@ def test_round_trip(root: Path, tmp_path: Path) -> None:
 
     assert path == root / "run-1"
     assert sorted(p.name for p in path.iterdir()) == [
-        "counters.parquet", "events.parquet", "memory.parquet", "raw", "run.json"]
+        "counters.parquet", "events.index", "events.parquet", "memory.parquet", "raw", "run.json"]
     assert pq.ParquetFile(path / "events.parquet").metadata.row_group(0).column(0).compression == "ZSTD"
     loaded = open_bundle("run-1", root)
     got = loaded.info

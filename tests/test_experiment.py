@@ -181,7 +181,8 @@ def test_a_traces_root_that_is_a_file_fails_before_the_model_loads(tmp_path, mon
 
 def test_progress_hears_of_every_task(tiny):
     _, _, progress = tiny
-    expected = {"prepare": 2, "benchmark": 1 + 3, "profile eager": progress_units(PROFILE),
+    expected = {"prepare": 2, "prepare eager": 1, "prepare bf16": 1, "benchmark": 1 + 3,
+                "profile eager": progress_units(PROFILE),
                 "profile bf16": progress_units(PROFILE), "write": 3}
     assert progress.totals == expected
     assert dict(progress.advanced) == expected

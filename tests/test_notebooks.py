@@ -78,7 +78,7 @@ def quick_start(tmp_path_factory):
 def test_notebooks_are_stored_clean():
     """Stored without outputs (they are made by running), valid, each with the Python 3 kernel."""
     names = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
-    assert names == ["01-quick-start", "02-fusion", "03-quantization", "04-import-traces", "05-app"]
+    assert names == ["01-quick-start", "02-fusion", "03-quantization", "04-import-traces", "05-app", "06-real-models"]
     for name in names:
         nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
         nbformat.validate(nb)
@@ -188,3 +188,56 @@ def test_app(tmp_path):
     assert nb.metadata.widgets  # the widgets' state, stored by nbclient
     states = nb.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]
     assert any(s["model_name"] == "BokehModel" for s in states.values())
+
+
+@pytest.mark.slow
+def test_real_models(tmp_path):
+    """The reduced Llama's batch sweep (torch and ORT variants), its curves and ORT's fusions, the reduced ViT,
+    and a generation with the dynamic and static caches."""
+    nb = execute("06-real-models", tmp_path / "traces")
+    assert_ran_clean(nb)
+    variants, batches = ["eager", "bf16", "ort", "ort-int8"], ["1", "2", "4"]
+    sweep = table(outputs(nb, "sweep"))
+    assert [(r["series"], r["batch"]) for r in sweep] == [(v, b) for v in variants for b in batches]
+    assert all(float(r["p50_ms"]) > 0 and float(r["items_per_s"]) > 0 for r in sweep)
+    for row in sweep:
+        torch_run = row["series"] in ("eager", "bf16")
+        assert (int(row["peak_bytes"]) > 0) if torch_run else row["peak_bytes"] == "<NA>", row  # as the text says
+        if row["series"] == "eager":
+            assert float(row["speedup"]) == pytest.approx(1.0)
+
+    numerics = {r["variant"]: r for r in table(outputs(nb, "numerics"))}
+    assert set(numerics) == {f"{v}-b{b}" for v in variants for b in batches}
+    for batch in batches:
+        assert float(numerics[f"ort-b{batch}"]["sqnr_db"]) > 100  # the same fp32 math, reordered
+        for lossy in ("bf16", "ort-int8"):
+            assert 10 < float(numerics[f"{lossy}-b{batch}"]["sqnr_db"]) < 100
+
+    for row in table(outputs(nb, "crossovers")):  # which pairs cross depends on the machine's timings
+        assert {row["winner"], row["loser"]} <= set(variants) and row["winner"] != row["loser"]
+        assert float(row["batch_below"]) <= float(row["crossover_batch"]) <= float(row["batch_above"])
+    front = table(outputs(nb, "pareto"))
+    assert len(front) == 12 and front[0]["on_front"] == "True"  # nothing is faster than the fastest run
+    assert_plot(outputs(nb, "views"))
+
+    fusion = {r["variant"]: r for r in table(outputs(nb, "fusion-table"))}
+    assert list(fusion) == [f"{v}-b4" for v in variants]
+    assert fusion["ort-b4"]["framework"] == "onnxruntime" and float(fusion["ort-b4"]["fusions"]) > 0
+    assert float(fusion["eager-b4"]["fusions"]) == 0
+    detail = table(outputs(nb, "fusion-detail"))
+    fused = [r for r in detail if r["fused"] == "True"]
+    assert fused and all(float(r["change"]) > 0 for r in fused)
+    assert sum(float(r["original"]) for r in detail) > sum(float(r["optimized"]) for r in detail)
+
+    vit = {r["variant"]: r for r in table(outputs(nb, "vit-summary"))}
+    assert list(vit) == variants and all(r["status"] == "ok" for r in vit.values())
+    assert float(vit["ort"]["sqnr_db"]) > 100 and 10 < float(vit["ort-int8"]["sqnr_db"]) < 100
+
+    generation = table(outputs(nb, "generation"))
+    assert [(r["run"], r["status"]) for r in generation] == [("gqa-dynamic", "ok"), ("gqa-static", "ok")]
+    layers, kv_heads, head_dim, context, fp32 = 2, 2, 256 // 4, 32 + 16 - 1, 4  # the notebook's LLAMA, prompt, new
+    kv_bytes = 2 * layers * kv_heads * head_dim * context * fp32  # K and V
+    for row in generation:
+        assert int(row["kv_cache_bytes"]) == int(row["kv_cache_bytes_predicted"]) == kv_bytes
+        assert float(row["ttft_ms"]) > 0 and float(row["sqnr_db vs recompute"]) > 60
+    assert_plot(outputs(nb, "generation-views"))

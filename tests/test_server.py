@@ -96,7 +96,7 @@ def test_list_runs_and_experiments(api, traces, tmp_path, jp_root_dir):
     assert rows.keys() == {"run-eager", "run-int8"}
     assert rows["run-int8"] | {"created": None} == {
         "run": "run-int8", "model": "mlp", "variant": "int8", "device": "cuda:0", "status": "ok", "p50_ms": 1.0,
-        "experiment": "exp-1", "created": None}
+        "experiment": "exp-1", "created": None, "batch": None, "file": None, "noise": None}
     (experiment,) = listing["experiments"]
     assert experiment["experiment"] == "exp-1"
     assert experiment["runs"] == ["run-eager", "run-int8"]
@@ -286,6 +286,8 @@ def test_capture_options_describe_every_job_key(api):
     assert fields["variants"]["choices"] == list_variants() == [v["name"] for v in options["variants"]]
     assert all(v["description"] for v in options["variants"])
     assert options["devices"][0] == "cpu" and "mlp" in options["models"]
+    assert "hf-config:llama-3-8b" in options["models"] and "torchvision:resnet50" in options["models"]
+    assert options["builtin_models"] == ["convnet", "mlp", "tiny-gpt"]
     # every key the options name is one a job takes, and nothing else is
     code, reply = api.call("POST", "jobs", {"model": "mlp", "seed": 1})
     assert code == 400 and f"valid: {', '.join(fields)}" in reply["message"]

@@ -28,6 +28,7 @@ from workbench.cli import main
 from workbench.trace import Trace, read_trace, schema
 from workbench.trace.bundle import open_bundle
 from workbench.views.timeline import SPANS_SOURCE, refine, timeline
+from workbench.views.timeline_density import REMOTE_BARS
 
 PAYLOAD = "<img src=x onerror=alert(1)>"
 SCRIPT_PAYLOAD = "</script><script>alert(2)</script>"
@@ -200,8 +201,11 @@ def test_density_of_a_million_events(million: Trace) -> None:
 def test_resnet_timeline_lanes_and_aggregation(resnet: Trace) -> None:
     fig = timeline(resnet, max_spans=5_000, levels=3)
     labels = set(fig.yaxis[0].major_label_overrides.values())
-    assert {"cpu · thread 25738", "cpu · thread 25772", "cuda:0 · stream 7"} <= labels
-    levels = glyph_renderers(fig, "Rect")
+    # thread names from the raw file's thread_name metadata ("thread 25738 (python)"; 25738 is also the pid)
+    assert {"cpu · python main thread", "cpu · python thread 25772",
+            "cuda:0 · stream 7 (compute, copy, memset)"} <= labels
+    assert not any("thread -" in label for label in labels)
+    levels = [r for r in glyph_renderers(fig, "Rect") if r.name != REMOTE_BARS]
     assert len(levels) == 3 and [r.visible for r in levels] == [True, False, False]
     level_0 = levels[0].data_source.data
     assert int(np.sum(level_0["count"])) == resnet.events.num_rows

@@ -8,19 +8,19 @@ import sys
 import threading
 
 import pytest
-from bokeh.models import Plot
 
 LAB = "the app needs the lab extra: pip install -e '.[lab]'"
 widgets = pytest.importorskip("ipywidgets", reason=LAB)
 BokehModel = pytest.importorskip("jupyter_bokeh", reason=LAB).BokehModel
 
 import workbench.experiment
+from workbench.analysis.spans import window
 from workbench.errors import WorkbenchError
 from workbench.experiment import ExperimentSettings
 from workbench.ui import Workbench
 from workbench.ui.live import follow_zoom
 from workbench.ui.progress import WidgetProgress
-from workbench.views.timeline import SPANS_SOURCE
+from workbench.views.timeline import REMOTE, TIMELINE_PLOT
 
 TINY = ExperimentSettings(model="tiny-gpt", variants=("eager", "bf16"), batch=2, seq=8, iterations=3, warmup=1,
                           threads=1, model_overrides={"d_model": 32, "layers": 1, "heads": 2})
@@ -112,25 +112,29 @@ def test_show_runs_takes_ids_of_runs_and_experiments(ran):
 def test_dashboard_spans_follow_the_zoom(ran):
     app, _ = ran
     (dashboard,) = app.views.children[-1].children
-    source = dashboard._model.select_one({"name": SPANS_SOURCE})
-    plot = next(p for p in dashboard._model.select({"type": Plot})
-                if any(getattr(r, "data_source", None) is source for r in p.renderers))
+    remote = dashboard._model.select_one({"name": REMOTE})
+    plot = dashboard._model.select_one({"name": TIMELINE_PLOT})
     first, last = plot.x_range.bounds
-    before = list(source.tags)
-    assert len(before) == 2 and len(source.data["left"]) <= MAX_SPANS
+    assert remote.tags == []
     # zoom on the end of the trace, outside the window whose spans the page holds
     plot.x_range.update(start=last - (last - first) / 40, end=last)
-    after = list(source.tags)
-    assert after != before and after[0] <= plot.x_range.start and plot.x_range.end <= after[1]
-    assert 0 < len(source.data["left"]) <= MAX_SPANS
-    assert all(right >= after[0] and left <= after[1] for left, right in zip(source.data["left"],
-                                                                           source.data["right"], strict=True))
+    (reply,) = remote.tags
+    assert reply["start_ns"] <= plot.x_range.start and plot.x_range.end <= reply["end_ns"]
+    assert reply == window(app.bundles[0], reply["start_ns"], reply["end_ns"], reply["width_px"], max_spans=MAX_SPANS)
+    assert 0 < reply["spans"] <= MAX_SPANS
+    for lane in reply["lanes"]:
+        if lane["mode"] == "spans":
+            ends = [s + d for s, d in zip(lane["spans"]["start_ns"], lane["spans"]["dur_ns"], strict=True)]
+            assert all(end >= reply["start_ns"] for end in ends)
+            assert all(start < reply["end_ns"] for start in lane["spans"]["start_ns"])
+    plot.x_range.update(start=plot.x_range.start + 1, end=plot.x_range.end - 1)
+    assert remote.tags[0] is reply  # a view inside the last reply needs no new one
 
 
 def test_follow_zoom_needs_a_timeline(ran):
     app, _ = ran
     compare_view = app.views.children[-3]
-    assert follow_zoom(compare_view._model.children[0], app.bundles[0].trace()) is None  # a paragraph
+    assert follow_zoom(compare_view._model.children[0], app.bundles[0]) is None  # a paragraph
 
 
 def test_errors_are_shown_escaped(tmp_path):

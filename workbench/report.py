@@ -17,15 +17,17 @@ from workbench.trace.records import display_name
 
 def report_layout(bundles: Sequence[Bundle]) -> LayoutDOM:
     """One run: its dashboard. Several: the comparison first, then each run's dashboard in a tab. Before them,
-    in tabs of their own, the views their kind adds (`views.run_kinds`: generation runs, ranks of a job)."""
-    from workbench.views.dashboard import dashboard
+    in tabs of their own, the views their kind adds (`views.run_kinds`: generation runs, ranks of a job).
+    Each timeline embeds what `workbench.report_spans` plans: every span of a trace that fits the budget,
+    else the busiest steps, listed to jump to."""
+    from workbench.report_spans import report_dashboard
     from workbench.views.experiments import experiments_view
     from workbench.views.run_kinds import with_kind_views
 
     if len(bundles) == 1:
-        return with_kind_views(dashboard(bundles[0]), bundles, "runs")
+        return with_kind_views(report_dashboard(bundles[0]), bundles, "runs")
     panels = [TabPanel(child=experiments_view(bundles), title="compare")]
-    panels += [TabPanel(child=dashboard(b), title=display_name(b.record)) for b in bundles]
+    panels += [TabPanel(child=report_dashboard(b), title=display_name(b.record)) for b in bundles]
     return with_kind_views(Tabs(tabs=panels), bundles, "runs")
 
 

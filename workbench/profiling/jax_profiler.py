@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any
 
 from workbench.errors import WorkbenchError
+from workbench.profiling.quiet import NativeChatter
 from workbench.profiling.session import SessionContext, register_session
 from workbench.profiling.settings import ProfileSettings
 
@@ -42,6 +43,7 @@ class JaxProfilerSession:
         self.op_flops: dict[str, float] = {}  # XLA's FLOPs live in the compile facts, not per op
         self._steps = 0
         self._started = self._tracing = self._closed = False
+        self._chatter = NativeChatter.off()
 
     @property
     def raw_paths(self) -> tuple[Path, ...]:
@@ -62,7 +64,12 @@ class JaxProfilerSession:
         options.host_tracer_level = self.settings.host_tracer_level
         options.python_tracer_level = self.settings.python_tracer_level
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        profiler.start_trace(str(self.log_dir), profiler_options=options)
+        self._chatter = NativeChatter()  # XLA's and TensorFlow's log lines are left out while tracing
+        try:
+            profiler.start_trace(str(self.log_dir), profiler_options=options)
+        except BaseException:
+            self._chatter.close()
+            raise
         self._tracing = True
 
     def step_scope(self, n: int) -> contextlib.AbstractContextManager[Any]:
@@ -88,7 +95,10 @@ class JaxProfilerSession:
         if not self._tracing:
             return None
         self._tracing = False
-        _profiler().stop_trace()
+        try:
+            _profiler().stop_trace()
+        finally:
+            self._chatter.close()
         if export:
             runs = sorted((self.log_dir / "plugins" / "profile").glob("*/*.xplane.pb"))
             if not runs:

@@ -23,6 +23,7 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from workbench.errors import WorkbenchError
+from workbench.profiling.quiet import NativeChatter
 from workbench.profiling.session import SessionContext, register_session
 from workbench.profiling.settings import ProfileSettings
 
@@ -52,6 +53,7 @@ class TorchProfilerSession:
         self._target = Path(out_dir) / f"{name}{TRACE_SUFFIX}"
         self._stack: ExitStack | None = None
         self._profiler: torch.profiler.profile | None = None
+        self._chatter = NativeChatter.off()
         self._closed = False
 
     def start(self) -> None:
@@ -65,8 +67,13 @@ class TorchProfilerSession:
             activities=activities(self.device_type), schedule=schedule, record_shapes=s.record_shapes,
             profile_memory=s.profile_memory, with_flops=s.with_flops, with_stack=s.with_stack,
         )
+        self._chatter = NativeChatter()  # Kineto's USDT/STAGE lines are left out until the session closes
         self._stack = ExitStack()
-        self._profiler = self._stack.enter_context(profiler)
+        try:
+            self._profiler = self._stack.enter_context(profiler)
+        except BaseException:
+            self._chatter.close()
+            raise
 
     def step(self) -> None:
         """Mark the end of an iteration (drives the schedule when `record_setup` is off)."""
@@ -93,11 +100,14 @@ class TorchProfilerSession:
         self._stack = self._profiler = None
         if stack is None or profiler is None:
             return None
-        stack.close()
-        if export:
-            profiler.export_chrome_trace(str(self._target))
-            self.trace_path = self._target
-            self.op_flops = {avg.key: float(avg.flops) for avg in profiler.key_averages() if avg.flops}
+        try:
+            stack.close()
+            if export:
+                profiler.export_chrome_trace(str(self._target))
+                self.trace_path = self._target
+                self.op_flops = {avg.key: float(avg.flops) for avg in profiler.key_averages() if avg.flops}
+        finally:
+            self._chatter.close()
         return self.trace_path
 
     def __enter__(self) -> TorchProfilerSession:

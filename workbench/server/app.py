@@ -6,6 +6,7 @@ Configuration (jupyter_server_config.py, or `--WorkbenchServerApp.max_jobs=2` on
     c.WorkbenchServerApp.max_jobs = 1             # capture jobs running at once; the others queue
     c.WorkbenchServerApp.max_queued_jobs = 8      # jobs that may wait; more are refused (429)
     c.WorkbenchServerApp.cancel_grace_s = 10.0    # after SIGINT, seconds before a cancelled job is killed
+    c.WorkbenchServerApp.max_upload_mb = 2048     # largest trace file the panel may upload for import
     c.WorkbenchServerApp.allowed_factory_modules = ["mymodels"]   # their `mymodels...:factory` models may run
     c.WorkbenchServerApp.allowed_model_dirs = ["models"]          # exported programs (.pt2) in these may load
 
@@ -31,7 +32,9 @@ from traitlets import Float, Int, List, Unicode, validate
 from workbench.paths import TRACES_ENV
 from workbench.server.handlers import api_handlers
 from workbench.server.jobs import JobManager
+from workbench.server.manage_handlers import MAX_UPLOAD_BYTES, manage_handlers
 from workbench.server.model_policy import ModelPolicy
+from workbench.server.span_handlers import span_handlers
 from workbench.server.state import ServerState
 
 
@@ -61,6 +64,8 @@ class WorkbenchServerApp(ExtensionApp):
     )
     cancel_grace_s = Float(10.0, config=True,
                            help="Seconds a cancelled job has to stop after SIGINT before it is killed.")
+    max_upload_mb = Int(MAX_UPLOAD_BYTES >> 20, config=True,
+                        help="Largest trace file (MiB) the panel may upload for import; larger ones are refused (413).")
 
     @validate("max_jobs")
     def _check_max_jobs(self, proposal: dict) -> int:
@@ -91,6 +96,8 @@ class WorkbenchServerApp(ExtensionApp):
         from bokeh.util.paths import bokehjs_path
 
         self.handlers.extend(api_handlers(self.state))
+        self.handlers.extend(span_handlers(self.state))
+        self.handlers.extend(manage_handlers(self.state, max_upload_bytes=self.max_upload_mb << 20))
         self.handlers.append((r"workbench/static/bokeh/(.*)", AuthenticatedFileHandler, {"path": str(bokehjs_path())}))
 
     async def stop_extension(self) -> None:

@@ -34,7 +34,8 @@ import concurrent.futures
 import multiprocessing
 import os
 import re
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from workbench.errors import TraceFormatError, WorkbenchError
+from workbench.storage import Location, location
 from workbench.trace.jsonstream import can_fork
 from workbench.trace.model import Trace
 from workbench.trace.registry import read_trace, sniff_format
@@ -85,13 +87,17 @@ class RankTrace:
 
 def trace_files(folder: str | os.PathLike[str]) -> list[Path]:
     """The trace files of `folder` (`TRACE_SUFFIXES`, hidden files left out), in name order."""
-    folder = Path(folder)
+    return [Path(source.path) for source in rank_sources(location(folder))]
+
+
+def rank_sources(folder: Location) -> list[Location]:
+    """The trace files of `folder`, a local folder or a URL (`TRACE_SUFFIXES`, hidden files left out), in
+    name order; a `TraceFormatError` when it is no folder or holds none."""
     if not folder.is_dir():
-        raise TraceFormatError(folder, "not a folder (give the folder holding one trace file per rank)")
-    files = sorted(p for p in folder.iterdir()
-                   if p.is_file() and not p.name.startswith(".") and p.name.endswith(TRACE_SUFFIXES))
+        raise TraceFormatError(folder.url, "not a folder (give the folder holding one trace file per rank)")
+    files = [source for source in folder.files() if source.name.endswith(TRACE_SUFFIXES)]
     if not files:
-        raise TraceFormatError(folder, f"holds no trace file ({', '.join(TRACE_SUFFIXES)})")
+        raise TraceFormatError(folder.url, f"holds no trace file ({', '.join(TRACE_SUFFIXES)})")
     return files
 
 
@@ -102,14 +108,128 @@ def read_ranks(folder: str | os.PathLike[str], workers: int | None = None, align
     turn. The result is the same either way. `align`: "clock" or "collective" (module docstring).
     A file that cannot be read raises `TraceFormatError` naming it.
     """
-    if align not in ALIGN_METHODS:
-        raise WorkbenchError(f"unknown alignment {align!r}: use one of {', '.join(ALIGN_METHODS)}")
+    check_align(align)
     files = trace_files(folder)
     for path in files:
         sniff_format(path)  # fail fast, before starting workers, on a file that is no trace at all
     traces = _read_all(files, workers)
-    ranks = _assign_ranks(files, traces)
-    return _align(ranks, align)
+    facts = [rank_facts(trace, path.name) for path, trace in zip(files, traces, strict=True)]
+    numbers = assign_ranks(facts, files)
+    placements = place_ranks(facts, numbers, files, align)
+    ranks = [RankTrace(rank=n.rank, path=path, trace=place_trace(trace, p, str(path)), offset_ns=p.offset_ns,
+                       origin_ns=f.origin_ns, world_size=f.world_size, backend=f.backend, rank_source=n.source,
+                       clock_correction_ns=p.correction_ns)
+             for path, trace, f, n, p in zip(files, traces, facts, numbers, placements, strict=True)]
+    return sorted(ranks, key=lambda r: r.rank)
+
+
+def check_align(align: str) -> None:
+    """Refuse an alignment method that is not one of `ALIGN_METHODS`."""
+    if align not in ALIGN_METHODS:
+        raise WorkbenchError(f"unknown alignment {align!r}: use one of {', '.join(ALIGN_METHODS)}")
+
+
+@dataclass(frozen=True)
+class RankFacts:
+    """What putting a rank on the job's axis needs from its trace: small, so a worker that read the trace
+    sends only this to the driver. `name`: the file's name; `info`: its `distributed_info`."""
+
+    name: str
+    info: dict[str, Any]
+    origin_ns: int
+    collective_end_ns: int | None
+    """End (ns, the rank's own times) of its first collective kernel; None when it has none."""
+
+    @property
+    def world_size(self) -> int | None:
+        size = self.info.get("world_size")
+        return size if isinstance(size, int) else None
+
+    @property
+    def backend(self) -> str | None:
+        return self.info.get("backend")
+
+
+@dataclass(frozen=True)
+class RankNumber:
+    """A rank's number and where it came from: "distributedInfo", "file name" or "order"."""
+
+    rank: int
+    source: str
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a rank goes on the job's axis: `offset_ns` added to its times (`correction_ns` of it from
+    collective alignment), `axis_origin_ns` the axis's absolute origin, and the rank's metadata entry."""
+
+    offset_ns: int
+    correction_ns: int
+    axis_origin_ns: int
+    rank: dict[str, Any]
+
+
+def rank_facts(trace: Trace, name: str) -> RankFacts:
+    """The `RankFacts` of one rank's trace (its file called `name`)."""
+    return RankFacts(name=name, info=distributed_info(trace), origin_ns=absolute_origin_ns(trace),
+                     collective_end_ns=first_collective_end(trace))
+
+
+def assign_ranks(facts: Sequence[RankFacts], files: Sequence[object]) -> list[RankNumber]:
+    """Each file's rank (module docstring), in the files' order; `files` name them in errors. Two files with
+    the same rank are a `TraceFormatError` naming both."""
+    numbers: list[RankNumber] = []
+    by_rank: dict[int, object] = {}
+    for order, (fact, path) in enumerate(zip(facts, files, strict=True)):
+        match = _RANK_IN_NAME.search(fact.name)
+        if isinstance(fact.info.get("rank"), int):
+            number = RankNumber(fact.info["rank"], "distributedInfo")
+        elif match:
+            number = RankNumber(int(match.group(1)), "file name")
+        else:
+            number = RankNumber(order, "order")
+        if number.rank in by_rank:
+            raise TraceFormatError(path, f"rank {number.rank} (from its {number.source}) is also the rank of "
+                                         f"{by_rank[number.rank]}: a folder holds one trace per rank of one job")
+        by_rank[number.rank] = path
+        numbers.append(number)
+    return numbers
+
+
+def place_ranks(facts: Sequence[RankFacts], numbers: Sequence[RankNumber], files: Sequence[object],
+                align: str) -> list[Placement]:
+    """Each rank's `Placement` on the shared axis (module docstring), in the files' order. Collective
+    alignment without a collective kernel on some rank is a `TraceFormatError` naming its file."""
+    check_align(align)
+    axis_origin = min(f.origin_ns for f in facts)
+    offsets = [f.origin_ns - axis_origin for f in facts]
+    corrections = [0] * len(facts)
+    if align == "collective":
+        for fact, number, path in zip(facts, numbers, files, strict=True):
+            if fact.collective_end_ns is None:
+                raise TraceFormatError(path, f"rank {number.rank} has no collective (NCCL/RCCL) kernel to align "
+                                             "on; use clock alignment for it")
+        lowest = min(range(len(facts)), key=lambda i: numbers[i].rank)
+        reference = int(facts[lowest].collective_end_ns) + offsets[lowest]  # type: ignore[arg-type]
+        corrections = [reference - (int(f.collective_end_ns) + offset)  # type: ignore[arg-type]
+                       for f, offset in zip(facts, offsets, strict=True)]
+    return [Placement(offset + correction, correction, axis_origin,
+                      {"rank": n.rank, "world_size": f.world_size, "backend": f.backend, "rank_source": n.source,
+                       "offset_ns": offset + correction, "source_origin_ns": f.origin_ns, "align": align,
+                       "clock_correction_ns": correction})
+            for f, n, offset, correction in zip(facts, numbers, offsets, corrections, strict=True)]
+
+
+def place_trace(trace: Trace, placement: Placement, file: str) -> Trace:
+    """`trace` moved onto the job's axis, with `metadata["rank"]` (naming `file`) and the axis's `origin_ns`."""
+    placed = shift_trace(trace, placement.offset_ns)
+    if placed is trace:
+        placed = Trace(events=trace.events, memory=trace.memory, counters=trace.counters,
+                       metadata=dict(trace.metadata))
+    placed.metadata["origin_ns"] = placement.axis_origin_ns
+    head = {key: placement.rank[key] for key in ("rank", "world_size", "backend", "rank_source")}
+    placed.metadata["rank"] = {**head, "file": file, **placement.rank}
+    return placed
 
 
 def shift_trace(trace: Trace, offset_ns: int) -> Trace:
@@ -182,61 +302,14 @@ def _read_all(files: list[Path], workers: int | None) -> list[Trace]:
     return traces
 
 
-def _assign_ranks(files: list[Path], traces: list[Trace]) -> list[RankTrace]:
-    """A `RankTrace` per file with its rank (not yet aligned); duplicate ranks are an error."""
-    ranks: list[RankTrace] = []
-    by_rank: dict[int, Path] = {}
-    for order, (path, trace) in enumerate(zip(files, traces, strict=True)):
-        info = distributed_info(trace)
-        match = _RANK_IN_NAME.search(path.name)
-        if isinstance(info.get("rank"), int):
-            rank, source = info["rank"], "distributedInfo"
-        elif match:
-            rank, source = int(match.group(1)), "file name"
-        else:
-            rank, source = order, "order"
-        if rank in by_rank:
-            raise TraceFormatError(path, f"rank {rank} (from its {source}) is also the rank of {by_rank[rank]}: "
-                                         "a folder holds one trace per rank of one job")
-        by_rank[rank] = path
-        world_size = info.get("world_size")
-        ranks.append(RankTrace(rank=rank, path=path, trace=trace, offset_ns=0, origin_ns=absolute_origin_ns(trace),
-                               world_size=world_size if isinstance(world_size, int) else None,
-                               backend=info.get("backend"), rank_source=source))
-    return sorted(ranks, key=lambda r: r.rank)
-
-
-def _align(ranks: list[RankTrace], align: str) -> list[RankTrace]:
-    """Shift each rank onto the shared axis (module docstring)."""
-    axis_origin = min(r.origin_ns for r in ranks)
-    offsets = [r.origin_ns - axis_origin for r in ranks]
-    corrections = [0] * len(ranks)
-    if align == "collective":
-        ends = [_first_collective_end(r) for r in ranks]
-        reference = ends[0] + offsets[0]
-        corrections = [reference - (end + offset) for end, offset in zip(ends, offsets, strict=True)]
-    aligned = []
-    for r, offset, correction in zip(ranks, offsets, corrections, strict=True):
-        total = offset + correction
-        trace = shift_trace(r.trace, total)
-        trace.metadata["origin_ns"] = axis_origin
-        trace.metadata["rank"] = {"rank": r.rank, "world_size": r.world_size, "backend": r.backend,
-                                  "rank_source": r.rank_source, "file": str(r.path), "offset_ns": total,
-                                  "source_origin_ns": r.origin_ns, "align": align,
-                                  "clock_correction_ns": correction}
-        aligned.append(replace(r, trace=trace, offset_ns=total, clock_correction_ns=correction))
-    return aligned
-
-
-def _first_collective_end(rank: RankTrace) -> int:
-    """End (ns, the rank's own times) of its first collective kernel; an error if it has none."""
-    events = rank.trace.events
+def first_collective_end(trace: Trace) -> int | None:
+    """End (ns, the trace's own times) of its first collective kernel; None when it has none."""
+    events = trace.events
     kernels = events.filter(pc.equal(events["kind"].cast(pa.string()), "kernel"))
     names = kernels["name"].cast(pa.string()).to_numpy(zero_copy_only=False)
     hit = np.fromiter((bool(COLLECTIVE_KERNEL.match(n or "")) for n in names), dtype=bool, count=len(names))
     if not hit.any():
-        raise TraceFormatError(rank.path, f"rank {rank.rank} has no collective (NCCL/RCCL) kernel to align on; "
-                                          "use clock alignment for it")
+        return None
     start = kernels["start_ns"].to_numpy()[hit]
     first = int(np.argmin(start))
     return int(start[first] + kernels["dur_ns"].to_numpy()[hit][first])

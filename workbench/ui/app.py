@@ -7,7 +7,8 @@ The widgets describe an `ExperimentSettings`; Run calls `run_experiment` (the CL
 code) in a background thread, so the kernel stays responsive, with a `WidgetProgress` on the bar. The
 results are the experiment's comparison and one run's dashboard (a picker chooses which), the same
 Bokeh layouts as `wb.show` and the HTML report, placed as live `jupyter_bokeh.BokehModel` widgets: the
-dashboard's timeline refines its spans from Python as it is zoomed (`workbench.ui.live`). Errors are
+dashboard's timeline takes the spans of each view from Python as it is zoomed (`workbench.ui.live`, the
+same `window` function the Lab panel's server route answers with). Errors are
 shown in the app, escaped (model, variant and op names are the user's text).
 """
 
@@ -196,7 +197,7 @@ class Workbench(widgets.VBox):
 
         layout = dashboard(bundle, max_spans=self.max_spans)
         if bundle.has_trace:
-            follow_zoom(layout, bundle.trace(), self.max_spans)
+            follow_zoom(layout, bundle, self.max_spans)
         board.children = (BokehModel(layout),)
 
     def _on_run(self) -> None:

@@ -16,7 +16,9 @@ from bokeh.models import DataTable, Div, LayoutDOM, Range1d, TabPanel, Tabs
 
 from workbench.analysis.bottlenecks import analyze_run
 from workbench.analysis.breakdown import phase_window
+from workbench.analysis.noise import latency_noise
 from workbench.analysis.roofline import run_device_spec
+from workbench.analysis.summary import model_label
 from workbench.analysis.timeline import count_spans
 from workbench.trace.bundle import Bundle
 from workbench.trace.schema import PHASE_MEASURE
@@ -24,16 +26,23 @@ from workbench.views.findings import findings_panel
 from workbench.views.memory import memory_map
 from workbench.views.roofline import ROOFLINE_SOURCE, link_roofline, roofline_view
 from workbench.views.tables import link_table_to_timeline, op_table_view
-from workbench.views.timeline import SPANS_SOURCE, timeline
+from workbench.views.timeline import SPANS_SOURCE
+from workbench.views.timeline_panes import timeline_panel
 
 
-def dashboard(bundle: Bundle, *, width: int = 1200, max_spans: int = 20_000, device: str | None = None) -> LayoutDOM:
+def dashboard(bundle: Bundle, *, width: int = 1200, max_spans: int = 20_000, device: str | None = None,
+              windows: list[tuple[int, int, str]] | None = None) -> LayoutDOM:
     """The linked views of one run (a note in place of the views when the run has no trace); the roofline
     is drawn against `device` (a built-in name, "cpu" or an accelerator YAML) when given, else against
-    the device the run recorded or its trace names."""
+    the device the run recorded or its trace names. `windows` (start, end, label) are the windows whose
+    real spans the timeline embeds (a report's plan, `workbench.report_spans`); by default one it picks."""
     record = bundle.record
-    title = " · ".join(str(part) for part in (bundle.run_id, record.model_name, record.variant_name, record.device)
+    title = " · ".join(str(part) for part in (bundle.run_id, model_label(record.model_name, record.model_weights),
+                                              record.variant_name, record.device)
                        if part)
+    if record.p50_ms is not None:
+        noise = latency_noise(record.benchmark)
+        title += f" · p50 {record.p50_ms:.3g} ms" + (f" (noisy: {noise.reason})" if noise and noise.noisy else "")
     heading = Div(text=title, render_as_text=True, styles={"font-weight": "bold", "font-size": "14px"})
     if not bundle.has_trace:
         reason = record.error or "it was captured without a profiler (--no-profile)"
@@ -49,8 +58,8 @@ def dashboard(bundle: Bundle, *, width: int = 1200, max_spans: int = 20_000, dev
     margin = max((end - start) * 0.02, 1)
     shown = (int(start - margin), int(end + margin))
     x_range = Range1d(*shown, bounds=(first - pad, last + pad))
-    time_view = timeline(trace, x_range=x_range, width=width, max_spans=max_spans,
-                         detail=shown if window and _fits(trace, shown, max_spans) else None)
+    time_view = timeline_panel(trace, x_range=x_range, width=width, max_spans=max_spans, windows=windows,
+                               detail=shown if window and _fits(trace, shown, max_spans) else None)
     ops = op_table_view(trace, ("op",), window, width=width, height=320)
     kernels = op_table_view(trace, ("kernel",), window, width=width, height=320)
     spans = time_view.select_one({"name": SPANS_SOURCE})  # None when the timeline is a note
@@ -68,8 +77,8 @@ def dashboard(bundle: Bundle, *, width: int = 1200, max_spans: int = 20_000, dev
     tabs = Tabs(tabs=[TabPanel(child=ops, title="ops"), TabPanel(child=kernels, title="kernels"),
                       TabPanel(child=memory_map(trace, x_range=x_range, width=width), title="memory"),
                       TabPanel(child=roof, title="roofline"),
-                      TabPanel(child=findings_panel(analysis["findings"], analysis["idle"], scope=scope, width=width),
-                               title="findings")])
+                      TabPanel(child=findings_panel(analysis["findings"], analysis["idle"], scope=scope, width=width,
+                                                    x_range=x_range), title="findings")])
     return column(heading, time_view, tabs)
 
 

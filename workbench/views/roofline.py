@@ -15,6 +15,7 @@ template), so they render as text.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -120,10 +121,14 @@ def roofline_figure(points: pd.DataFrame, device: DeviceSpec, *, width: int = 10
                  tools="pan,wheel_zoom,box_zoom,box_select,lasso_select,tap,reset,save", active_scroll="auto",
                  title=f"Roofline: {device.name} ({_si(bandwidth)}B/s memory bandwidth)",
                  x_axis_label="arithmetic intensity (FLOP/byte)", y_axis_label="achieved FLOP/s")
-    for (dtype, peak), ridge, color in zip(peaks, ridges, CEILING_COLORS * 2, strict=False):
-        fig.line(x=[ridge, x_hi], y=[peak, peak], line_color=color, line_width=2, name=f"ceiling {dtype}")
-        fig.text(x=[x_hi], y=[peak], text=[f"{dtype} {_si(peak)}FLOP/s "], text_align="right",
-                 text_baseline="bottom", text_font_size="11px", text_color=color)
+    colors = dict(zip(sorted({peak for _, peak in peaks}, reverse=True), CEILING_COLORS * 2, strict=False))
+    for (dtype, peak), ridge in zip(peaks, ridges, strict=True):
+        fig.line(x=[ridge, x_hi], y=[peak, peak], line_color=colors[peak], line_width=2, name=f"ceiling {dtype}")
+    labels = ceiling_labels(peaks, (y_lo, y_hi), height - PLOT_FRAME_PX)
+    fig.text(x=[x_hi] * len(labels), y=[label.peak for label in labels], text=[label.text for label in labels],
+             y_offset=[label.offset_px for label in labels], text_align="right", text_baseline="bottom",
+             text_font_size=f"{LABEL_PX - 4}px", text_color=[colors[label.peak] for label in labels],
+             background_fill_color="white", background_fill_alpha=0.85, padding=1, name="ceiling labels")
     fig.line(x=[x_lo, max(ridges)], y=[bandwidth * x_lo, peaks[0][1]], line_color="black", line_width=2,
              line_dash="dashed", name="bandwidth")
     fig.text(x=[x_lo * 1.2], y=[bandwidth * x_lo * 1.2], text=[f"memory {_si(bandwidth)}B/s"], text_align="left",
@@ -138,10 +143,64 @@ def roofline_figure(points: pd.DataFrame, device: DeviceSpec, *, width: int = 10
         ("time", "@time_ms{0,0.000} ms"), ("intensity", "@intensity{0,0.000} FLOP/B"),
         ("achieved", "@gflops{0,0.00} GFLOP/s, @gbytes{0,0.00} GB/s"), ("of roof", "@fraction{0.0%}"),
         ("ceiling", "@peak_dtype"), ("bound", "@bound")]))
-    bounds = source.data["bound"].tolist()
-    fig.add_layout(Legend(title="bound", items=[LegendItem(label=b, renderers=[dots], index=bounds.index(b))
-                                                for b in BOUND_COLORS if b in bounds]), "right")
+    bounds = set(source.data["bound"].tolist())
+    kinds = [kind for kind in KIND_MARKERS if kind in set(source.data["kind"].tolist())]
+    if set(source.data["marker"].tolist()) - set(KIND_MARKERS.values()):
+        kinds.append("other")
+    # The legends draw stand-ins of one size (the points' sizes vary from MIN_POINT_PX to MAX_POINT_PX):
+    # each bound's colour, then each kind's marker.
+    fig.add_layout(Legend(title="bound", items=[LegendItem(label=bound, renderers=[_legend_glyph(
+        fig, "circle", BOUND_COLORS[bound])]) for bound in BOUND_COLORS if bound in bounds]), "right")
+    fig.add_layout(Legend(title="kind", items=[LegendItem(label=kind, renderers=[_legend_glyph(
+        fig, KIND_MARKERS.get(kind, "diamond"), BOUND_COLORS["unknown"])]) for kind in kinds]), "right")
     return fig
+
+
+LEGEND_POINT_PX = 11
+"""Size of the legends' markers."""
+LABEL_PX = 15
+"""Height of a ceiling label (12px text and its padding): labels closer than this are moved apart."""
+LABEL_GAP_PX = 3
+"""Space between a ceiling and a label moved under it."""
+PLOT_FRAME_PX = 90
+"""The figure's height outside its plotting area (title, axis, toolbar), roughly."""
+
+
+@dataclass(frozen=True)
+class CeilingLabel:
+    """The label of one ceiling height: the dtypes with that peak, and how far (px, down) it is moved so that it
+    does not overlap the label above it."""
+
+    peak: float
+    text: str
+    offset_px: float
+
+
+def ceiling_labels(peaks: Sequence[tuple[str, float]], y_range: tuple[float, float], plot_px: float
+                   ) -> list[CeilingLabel]:
+    """One label per peak value (dtypes sharing a peak share one: "bf16, fp16 312 TFLOP/s"), highest first, each
+    drawn just above its line unless that overlaps the label above, then moved down below it. `y_range` is the
+    log y axis and `plot_px` its height in pixels."""
+    span = np.log10(y_range[1]) - np.log10(y_range[0])
+    by_peak: dict[float, list[str]] = {}
+    for dtype, peak in peaks:
+        by_peak.setdefault(peak, []).append(dtype)
+    labels: list[CeilingLabel] = []
+    free_from = -np.inf  # the screen y (px from the top) below the last label placed
+    for peak in sorted(by_peak, reverse=True):
+        line_px = plot_px * (np.log10(y_range[1]) - np.log10(peak)) / span
+        above = line_px - LABEL_PX  # the label's top when it sits on its line
+        # on its line if there is room; else just under its line (never across it), or under the label above
+        top = above if above >= free_from else max(line_px + LABEL_GAP_PX, free_from)
+        labels.append(CeilingLabel(peak, f"{', '.join(sorted(by_peak[peak]))} {_si(peak)}FLOP/s", top - above))
+        free_from = top + LABEL_PX
+    return labels
+
+
+def _legend_glyph(fig: figure, marker: str, color: str) -> Any:
+    """A renderer drawn nowhere in the plot (its one point is NaN) that stands for points in a legend."""
+    return fig.scatter(x=[np.nan], y=[np.nan], marker=marker, size=LEGEND_POINT_PX, fill_color=color,
+                       fill_alpha=0.8, line_color="black", line_alpha=0.6, name="legend marker")
 
 
 def points_source(points: pd.DataFrame) -> ColumnDataSource:

@@ -31,10 +31,9 @@ def kind_views(bundles: Sequence[Bundle], *, width: int | None = None) -> list[T
 
         panels.append(TabPanel(child=generation_view(generation, **sized), title="generation"))
     if is_rank_set(bundles):
-        from workbench.views.ranks import ranks_view
+        from workbench.views.ranks import bundles_ranks_view
 
-        traces = {bundle.record.rank: bundle.trace() for bundle in bundles if bundle.has_trace}
-        panels.append(TabPanel(child=ranks_view(traces, **sized), title="ranks"))
+        panels.append(TabPanel(child=bundles_ranks_view(bundles, **sized), title="ranks"))
     return panels
 
 

@@ -1,17 +1,20 @@
 """The op timeline: one lane per track, spans coloured by kind, nested by depth, with level of detail.
 
-Lanes come grouped by device (host threads, then each accelerator's streams or cores); inside a lane
-each nesting depth has its own row. Step and phase annotations are translucent bands across all
-lanes, with a strip above the lanes to hover and click (a click zooms to that step). Selecting a
-kernel selects the host op that launched it, and selecting an op selects the kernels it launched.
+Lanes come grouped by device (host threads, then each accelerator's streams or cores), labelled for people
+(`views.timeline_lanes`); inside a lane each nesting depth has its own row. Step and phase annotations are
+translucent bands across all lanes, with a strip above the lanes to hover and click (a click zooms to that
+step). Wheel zoom and pan are on by default and stay on; W/S zoom and A/D pan while the pointer is over the
+plot, as in Perfetto. Names are drawn inside the spans wide enough to hold them. Clicking a span selects it
+with its launcher or launched kernels, fills the details sources (`DETAILS`, `RELATED`: the dashboard's
+details pane shows them) and draws flow arrows from a launch to its kernels. A range selected with the x
+box select fills `AGGREGATE` (count, total and self time per name).
 
 Large traces: the figure embeds (a) precomputed density levels (`workbench.analysis.timeline.density`)
-and (b) the real spans of one detail window holding at most `max_spans` events, never the whole
-trace, so a static report stays small whatever the event count. While the visible time range lies
-inside the detail window the real spans are drawn; elsewhere the density level whose bins are no
-wider than a pixel is, and a line above the plot says so ("aggregated: N events in M bins — zoom in
-for spans"). In a static report single events are reachable inside the detail window only (a dashed
-box marks it); in a notebook `refine` refills the spans for any window from Python.
+and (b) the real spans of some windows holding at most `max_spans` events, never the whole trace, so a
+static report stays small whatever the event count. While the visible time range lies inside a window
+the real spans are drawn; elsewhere the density level whose bins are no wider than a pixel is, and a line
+above the plot says so. In the Lab panel the server answers the spans of any window (`REMOTE`, see
+`views.timeline_js`); in a notebook the kernel does (`workbench.ui.live`).
 """
 
 from __future__ import annotations
@@ -19,19 +22,19 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from bokeh import events
 from bokeh.models import (
-    BoxAnnotation,
+    Arrow,
+    BoxSelectTool,
     BoxZoomTool,
     ColumnDataSource,
     CustomJS,
-    CustomJSHover,
     Div,
     FixedTicker,
     GlyphRenderer,
     HoverTool,
     Legend,
     LegendItem,
-    LinearColorMapper,
     PanTool,
     Range1d,
     ResetTool,
@@ -39,6 +42,7 @@ from bokeh.models import (
     Span,
     TapTool,
     Title,
+    VeeHead,
     WheelZoomTool,
 )
 from bokeh.models.layouts import LayoutDOM
@@ -46,21 +50,31 @@ from bokeh.plotting import figure
 from bokeh.transform import factor_cmap
 
 from workbench.analysis.timeline import (
-    Density,
     count_spans,
     density,
     detail_window,
     lanes,
     phases,
-    select_level,
     spans,
 )
 from workbench.trace import Trace
 from workbench.trace.schema import KINDS
+from workbench.views import timeline_js as js
 from workbench.views._style import KIND_COLORS, KIND_PALETTE, PHASE_BAND_COLOR, STEP_BAND_COLORS, time_ticks
+from workbench.views.timeline_density import draw_density, draw_remote_density, set_initial_mode
+from workbench.views.timeline_lanes import lane_names
 
 SPANS_SOURCE = "timeline spans"
 """`name` of the timeline's span source, so a layout holding the timeline can find it to link to."""
+TIMELINE_PLOT = "timeline"
+"""`name` of the timeline figure (the Lab panel finds its x-range by it to keep the zoom across redraws)."""
+REMOTE = "timeline remote"
+"""`name` of the source whose `tags` take a `spans` reply (docs/api-spans.md) and that carries the panel's API."""
+DETAILS, RELATED, AGGREGATE, WINDOWS = "timeline details", "timeline related", "timeline aggregate", "timeline windows"
+"""`name`s of the sources of the details pane, the clicked event's related events, the range aggregate and the
+windows with real spans."""
+AGGREGATE_INFO = "timeline aggregate info"
+"""`name` of the Div saying what the range aggregate covers."""
 LANE_GAP = 0.5
 """Rows of space between two lanes (twice that between devices)."""
 ROW_PX = 16
@@ -69,67 +83,27 @@ SHAPES_CHARS = 200
 """Input shapes longer than this are cut in the tooltip (some ops record thousands of characters)."""
 INSTANT_PX = 9
 """Marker size of an instant (a 0 ns event), which has no width to draw."""
+LABEL_FONT_PX, LABEL_CHAR_PX, LABEL_PAD_PX, MAX_LABELS = 10, 6.2, 6, 2_000
+"""Names inside spans: font size, the width of a character, the room left around a name, the most drawn."""
 
-_SPAN_KEYS = ("left", "right", "y", "instant_px", "start_ms", "dur_us", "name", "kind", "shapes", "flops", "row",
-              "launcher_idx", "launcher_name", "launched")
-"""Columns of the span source (see `_span_columns`)."""
+_SPAN_KEYS = ("left", "right", "y", "lane", "depth", "instant_px", "dur_ns", "name", "kind", "shapes", "flops", "row",
+              "launcher_idx", "launcher_name", "launched", "parent_idx")
+"""Columns of the span source (see `_span_columns`; `views.timeline_js.APPLY_REPLY` writes the same)."""
 
-_LOD = """
-const x0 = Math.max(xr.start, extent[0]), x1 = Math.min(xr.end, extent[1]);
-const tags = source.tags;
-const inside = tags.length == 2 && x0 >= tags[0] && x1 <= tags[1];
-const fmt = (ns) => (ns / 1e6).toFixed(3) + " ms";
-for (const r of spans) r.visible = inside;
-box.visible = !inside && tags.length == 2;
-if (inside) {
-  const left = source.data.left, right = source.data.right;
-  let n = 0;
-  for (let i = 0; i < left.length; i++) if (left[i] <= x1 && right[i] >= x0) n++;
-  status.text = `${n.toLocaleString()} spans in view`;
-  for (const r of levels) r.visible = false;
-  return;
-}
-const px = (xr.end - xr.start) / Math.max(plot.inner_width || width, 1);
-let level = levels.length - 1;
-for (let l = 0; l < levels.length; l++) if (bin_ns[l] <= px) { level = l; break; }
-levels.forEach((r, l) => { r.visible = l == level; });
-const data = levels[level].data_source.data, x = data.x, count = data.count, half = bin_ns[level] / 2;
-let n = 0, m = 0;
-for (let i = 0; i < x.length; i++) if (x[i] + half > x0 && x[i] - half < x1) { n += count[i]; m++; }
-status.text = `aggregated: ${n.toLocaleString()} events in ${m.toLocaleString()} bins — zoom in for spans`
-  + (tags.length == 2 ? ` (real spans embedded for ${fmt(tags[0])} to ${fmt(tags[1])}, the dashed box)` : "");
-"""
-
-_LINK = """
-const key = cb_obj.indices.join(",");
-if (cb_obj._linked === key) return;
-const launcher = source.data.launcher_idx;
-const picked = new Set(cb_obj.indices);
-const out = new Set(picked);
-for (const i of picked) if (launcher[i] >= 0) out.add(launcher[i]);
-for (let j = 0; j < launcher.length; j++) if (picked.has(launcher[j])) out.add(j);
-const indices = [...out].sort((a, b) => a - b);
-cb_obj._linked = indices.join(",");
-cb_obj.indices = indices;
-"""
-
-_ZOOM_TO_BAND = """
-const i = cb_obj.indices[0];
-if (i == null) return;
-const left = bands.data.left[i], right = bands.data.right[i], pad = (right - left) * 0.02;
-xr.setv({start: left - pad, end: right + pad});
-"""
+Window = tuple[int, int, str]
+"""A window [start, end) ns whose real spans are embedded, and its label."""
 
 
 def timeline(trace: Trace, *, x_range: Range1d | None = None, width: int = 1200, max_spans: int = 20_000,
-             detail: tuple[int, int] | None = None, bins: int = 2048, levels: int = 4) -> LayoutDOM:
-    """The op timeline of `trace` as a Bokeh layout.
+             detail: tuple[int, int] | None = None, windows: list[Window] | None = None, bins: int = 2048,
+             levels: int = 4) -> LayoutDOM:
+    """The op timeline of `trace` as a Bokeh figure (a note when the trace has no events).
 
-    `x_range` (ns from the trace origin) may be shared with other views to link their zoom; by
-    default one spanning the trace. `detail` is the window ([start, end) ns) whose real spans are
-    embedded; by default the longest one from the first step holding at most `max_spans` events
-    (the whole trace when it has no more). Outside it the view shows `levels` density levels of
-    `bins`, 2·`bins`, ... bins. A trace without events gives a note instead.
+    `x_range` (ns from the trace origin) may be shared with other views to link their zoom; by default one
+    spanning the trace. `windows` are the windows whose real spans are embedded (a report's plan); else
+    `detail` ([start, end) ns), else the longest one from the first step holding at most `max_spans` events
+    (the whole trace when it has no more). Outside them the view shows `levels` density levels of `bins`,
+    2·`bins`, ... bins.
     """
     if trace.events.num_rows == 0:
         return Div(text="No events in this trace: nothing to draw on the timeline.", render_as_text=True)
@@ -141,34 +115,59 @@ def timeline(trace: Trace, *, x_range: Range1d | None = None, width: int = 1200,
     pad = (last - first) * 0.01
     if x_range is None:
         x_range = Range1d(first - pad, last + pad, bounds=(first - pad, last + pad))
-    window = detail_window(trace, max_spans) if detail is None else detail
+    if windows is None:
+        window = detail_window(trace, max_spans) if detail is None else detail
+        windows = [(int(window[0]), int(window[1]), "")]
     source = ColumnDataSource(data={}, name=SPANS_SOURCE)
-    refine(trace, source, window[0], window[1], max_spans=max_spans, lane_table=lane_table)
+    _fill(trace, source, [(start, end) for start, end, _ in windows], lane_table)
     strip = _strip_rows(bands)
-    fig = figure(width=width, height=_height(layout, strip), x_range=x_range,
+    pan, wheel = PanTool(dimensions="width"), WheelZoomTool(dimensions="width")
+    box_zoom, box_select = BoxZoomTool(dimensions="width"), BoxSelectTool(dimensions="width")
+    fig = figure(width=width, height=_height(layout, strip), x_range=x_range, name=TIMELINE_PLOT,
                  y_range=Range1d(float(layout["bottom"].max()) + LANE_GAP, -strip - LANE_GAP),
-                 tools=[PanTool(dimensions="width"), WheelZoomTool(dimensions="width"),
-                        BoxZoomTool(dimensions="width"), ResetTool(), SaveTool()],
-                 active_scroll="auto", title=f"Timeline: {trace.events.num_rows:,} events in {len(layout)} lanes")
+                 tools=[pan, wheel, box_zoom, box_select, ResetTool(), SaveTool()], active_drag=pan,
+                 active_scroll=wheel, title=f"Timeline: {trace.events.num_rows:,} events in {len(layout)} lanes")
+    _keep_active(pan, [box_zoom, box_select])
+    _keep_active(wheel, [])
     band_renderers = _draw_bands(fig, bands, layout, x_range)
-    level_renderers = _draw_density(fig, lod, layout)
+    level_renderers = draw_density(fig, lod, layout)
+    remote = ColumnDataSource(data={}, name=REMOTE)
+    remote_bars = draw_remote_density(fig)
     span_renderers = _draw_spans(fig, source)
-    box = BoxAnnotation(left=window[0], right=window[1], fill_alpha=0, line_color="black", line_dash="dashed",
-                        line_alpha=0.6)
-    fig.add_layout(box)
+    box_select.renderers = span_renderers[:1]
+    window_source = ColumnDataSource({"left": [float(w[0]) for w in windows], "right": [float(w[1]) for w in windows],
+                                      "label": [w[2] for w in windows]}, name=WINDOWS)
+    boxes = fig.quad(left="left", right="right", top=float(layout["bottom"].max()), bottom=0, source=window_source,
+                     fill_alpha=0, line_color="black", line_dash="dashed", line_alpha=0.6)
     fig.add_tools(TapTool(renderers=[*span_renderers, *band_renderers]))
     status = Title(text="", text_font_style="italic", text_font_size="11px")
     fig.add_layout(status, "above")
-    _set_initial_mode(source, lod, span_renderers, level_renderers, box, status, x_range, (first, last), width)
+    set_initial_mode(source, lod, span_renderers, level_renderers, boxes, status, x_range, (first, last), width)
+    lane_top = layout["top"].tolist()
     lod_callback = CustomJS(args={"xr": x_range, "source": source, "spans": span_renderers, "levels": level_renderers,
                                   "bin_ns": [lod.bin_ns(level) for level in range(len(lod.bins))],
-                                  "status": status, "box": box, "plot": fig, "width": width,
-                                  "extent": [first, last]}, code=_LOD)
-    x_range.js_on_change("start", lod_callback)
-    x_range.js_on_change("end", lod_callback)
+                                  "status": status, "boxes": boxes, "plot": fig, "width": width,
+                                  "extent": [first, last], "remote": remote, "remote_bars": remote_bars}, code=js.LOD)
+    labels_callback = _draw_labels(fig, source, span_renderers[0], x_range, width)
+    request = CustomJS(args={"xr": x_range, "source": source, "remote": remote, "plot": fig, "plot_width": width,
+                             "status": status}, code=js.REQUEST)
+    for callback in (lod_callback, labels_callback, request):
+        x_range.js_on_change("start", callback)
+        x_range.js_on_change("end", callback)
+    fig.js_on_change("inner_width", labels_callback)
     source.js_on_change("tags", lod_callback)
-    source.selected.js_on_change("indices", CustomJS(args={"source": source}, code=_LINK))
-    _style_axes(fig, layout)
+    source.js_on_change("tags", labels_callback)  # after the LOD code has shown or hidden the spans
+    source.js_on_change("data", labels_callback)
+    remote.js_on_change("tags", CustomJS(code=js.APPLY_REPLY, args={
+        "remote": remote, "source": source, "remote_bars": remote_bars, "lane_top": lane_top,
+        "lane_rows": layout["rows"].tolist(), "instant_px": INSTANT_PX, "all_kinds": list(KINDS)}))
+    remote.js_on_change("tags", request)  # the panel sets empty tags once it has installed its API
+    _link_selection(fig, source, remote, x_range, lane_table, trace)
+    _aggregate_on_range(fig, source, remote)
+    keys = CustomJS(args={"xr": x_range, "plot": fig}, code=js.KEYS)
+    for event in (events.MouseEnter, events.MouseLeave, events.MouseMove):
+        fig.js_on_event(event, keys)
+    _style_axes(fig, layout, lane_names(trace, lane_table))
     _add_legend(fig, trace)
     return fig
 
@@ -177,20 +176,73 @@ def refine(trace: Trace, source: ColumnDataSource, start_ns: int, end_ns: int, *
            lane_table: pd.DataFrame | None = None) -> int:
     """Fill the timeline's span `source` with the real spans of [start_ns, end_ns); return their count.
 
-    The hook for live refinement in a notebook (call it from an x-range callback). When the window
-    holds more than `max_spans` events the source is emptied instead and the view keeps showing
-    density bars for it. `source.tags` records the window the spans cover (empty when none).
+    When the window holds more than `max_spans` events the source is emptied instead and the view keeps
+    showing density bars for it. `source.tags` records the window the spans cover (empty when none).
     """
     lane_table = lanes(trace) if lane_table is None else lane_table
     count = count_spans(trace, (start_ns, end_ns))
     if count > max_spans:
         source.data, source.tags = {key: [] for key in _SPAN_KEYS}, []
         return count
-    layout = _lane_layout(lane_table)
-    table = spans(trace, (start_ns, end_ns), lane_table)
-    source.data = _span_columns(trace, table, layout)
-    source.tags = [int(start_ns), int(end_ns)]
+    _fill(trace, source, [(start_ns, end_ns)], lane_table)
     return count
+
+
+def _fill(trace: Trace, source: ColumnDataSource, windows: list[tuple[int, int]], lane_table: pd.DataFrame) -> None:
+    """Fill `source` with the real spans of `windows` (each event once); `tags` lists their bounds."""
+    layout = _lane_layout(lane_table)
+    tables = [spans(trace, (start, end), lane_table) for start, end in windows]
+    table = pd.concat(tables, ignore_index=True).drop_duplicates("row").sort_values("row", kind="stable")
+    source.data = _span_columns(trace, table.reset_index(drop=True), layout)
+    source.tags = [int(bound) for window in windows for bound in window]
+
+
+def _keep_active(tool: PanTool | WheelZoomTool, others: list) -> None:
+    """Switch `tool` back on when a click on its button leaves no tool of its kind active."""
+    tool.js_on_change("change:active", CustomJS(args={"others": others}, code=js.KEEP_ACTIVE))
+
+
+def _draw_labels(fig: figure, source: ColumnDataSource, bars: GlyphRenderer, x_range: Range1d,
+                 width: int) -> CustomJS:
+    """The names inside spans (a text glyph the browser refills on every zoom); returns the refill callback."""
+    labels = ColumnDataSource({"x": [], "y": [], "text": [], "color": []})
+    fig.text(x="x", y="y", text="text", source=labels, text_align="center", text_baseline="middle",
+             text_font_size=f"{LABEL_FONT_PX}px", text_color="color")
+    ink = {kind: _ink(color) for kind, color in KIND_COLORS.items()}
+    return CustomJS(args={"source": source, "labels": labels, "bars": bars, "xr": x_range, "plot": fig,
+                          "width": width, "ink": ink, "char_px": LABEL_CHAR_PX, "pad": LABEL_PAD_PX,
+                          "max_labels": MAX_LABELS}, code=js.LABELS)
+
+
+def _ink(color: str) -> str:
+    """Black or white, whichever reads better on `color` (#rrggbb)."""
+    r, g, b = (int(color[i:i + 2], 16) / 255 for i in (1, 3, 5))
+    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.6 else "white"
+
+
+def _link_selection(fig: figure, source: ColumnDataSource, remote: ColumnDataSource, x_range: Range1d,
+                    lane_table: pd.DataFrame, trace: Trace) -> None:
+    """Selection links launches and kernels, fills the details sources and draws the flow arrows."""
+    details = ColumnDataSource({"field": [], "value": []}, name=DETAILS)
+    related = ColumnDataSource({key: [] for key in ("relation", "name", "start", "duration", "start_ns", "dur_ns",
+                                                    "index", "row")}, name=RELATED)
+    arrows = ColumnDataSource({"x0": [], "y0": [], "x1": [], "y1": []})
+    fig.add_layout(Arrow(end=VeeHead(size=8, fill_color="black"), x_start="x0", y_start="y0", x_end="x1",
+                         y_end="y1", source=arrows, line_color="black", line_width=1.5))
+    source.selected.js_on_change("indices", CustomJS(code=js.SELECT, args={
+        "source": source, "details": details, "related": related, "arrows": arrows, "remote": remote,
+        "lane_names": lane_names(trace, lane_table)}))
+    related.selected.js_on_change("indices", CustomJS(code=js.FOLLOW_RELATED, args={
+        "related": related, "source": source, "xr": x_range, "remote": remote}))
+
+
+def _aggregate_on_range(fig: figure, source: ColumnDataSource, remote: ColumnDataSource) -> None:
+    """A range selected with the x box select fills the `AGGREGATE` source (per name: count, total, self)."""
+    table = ColumnDataSource({"name": [], "kind": [], "count": [], "total_ms": [], "self_ms": []}, name=AGGREGATE)
+    info = Div(text="Select a range with the box select tool (x) for the time per name inside it.",
+               render_as_text=True, name=AGGREGATE_INFO)
+    fig.js_on_event(events.SelectionGeometry, CustomJS(code=js.AGGREGATE, args={
+        "source": source, "remote": remote, "table": table, "info": info}))
 
 
 def _lane_layout(lane_table: pd.DataFrame) -> pd.DataFrame:
@@ -214,13 +266,15 @@ def _span_columns(trace: Trace, table: pd.DataFrame, layout: pd.DataFrame) -> di
     linked = launcher >= 0
     launcher_name = np.full(len(table), "", dtype=object)
     launcher_name[linked] = trace.events["name"].take(pa.array(launcher[linked])).cast(pa.string()).to_pylist()
+    parent = trace.events["parent"].take(pa.array(table["row"].to_numpy(), type=pa.int64())).to_numpy()
     return {
         "left": table["start_ns"].to_numpy(dtype=np.float64),
         "right": table["end_ns"].to_numpy(dtype=np.float64),
         "y": (top.reindex(table["lane"]).to_numpy() + table["depth"].to_numpy() + 0.5).astype(np.float32),
+        "lane": table["lane"].to_numpy(dtype=np.int32),
+        "depth": table["depth"].to_numpy(dtype=np.int32),
         "instant_px": np.where(table["dur_ns"].to_numpy() == 0, INSTANT_PX, 0).astype(np.uint8),
-        "start_ms": (table["start_ns"].to_numpy() / 1e6).astype(np.float64),
-        "dur_us": (table["dur_ns"].to_numpy() / 1e3).astype(np.float64),
+        "dur_ns": table["dur_ns"].to_numpy(dtype=np.float64),
         "name": table["name"].to_numpy(dtype=object),
         "kind": table["kind"].to_numpy(dtype=object),
         "shapes": np.array([_clip(s, SHAPES_CHARS) for s in table["shapes"]], dtype=object),
@@ -229,6 +283,7 @@ def _span_columns(trace: Trace, table: pd.DataFrame, layout: pd.DataFrame) -> di
         "launcher_idx": position.reindex(launcher).fillna(-1).to_numpy(dtype=np.int32),
         "launcher_name": launcher_name,
         "launched": table["launched"].to_numpy(dtype=np.int32),
+        "parent_idx": position.reindex(parent).fillna(-1).to_numpy(dtype=np.int32),
     }
 
 
@@ -268,45 +323,8 @@ def _draw_bands(fig: figure, bands: pd.DataFrame, layout: pd.DataFrame, x_range:
                      fill_color="color", line_color="white", fill_alpha=0.9, nonselection_fill_alpha=0.9)
     fig.add_tools(HoverTool(renderers=[strip], tooltips=[("", "@name"), ("duration", "@dur_ms{0,0.000} ms"),
                                                          ("", "click to zoom to it")]))
-    source.selected.js_on_change("indices", CustomJS(args={"xr": x_range, "bands": source}, code=_ZOOM_TO_BAND))
+    source.selected.js_on_change("indices", CustomJS(args={"xr": x_range, "bands": source}, code=js.ZOOM_TO_BAND))
     return [strip]
-
-
-def _draw_density(fig: figure, lod: Density, layout: pd.DataFrame) -> list[GlyphRenderer]:
-    """One renderer of density bars per level, all hidden (the LOD logic shows one); hover names the
-    dominant span of a bar through a name list shipped once, not per bar."""
-    cells = lod.cells
-    names = cells["name"].astype("category").cat.remove_unused_categories()
-    vocabulary = [str(name) for name in names.cat.categories]
-    kind_index = {kind: i for i, kind in enumerate(KINDS)}
-    placed = layout.set_index("lane")
-    renderers = []
-    for level in range(len(lod.bins)):
-        at = (cells["level"] == level).to_numpy()
-        lane = cells["lane"].to_numpy()[at]
-        top, rows = placed["top"].reindex(lane).to_numpy(), placed["rows"].reindex(lane).to_numpy()
-        busy = cells["busy"].to_numpy()[at]
-        source = ColumnDataSource({
-            "x": ((cells["start_ns"].to_numpy()[at] + cells["end_ns"].to_numpy()[at]) / 2).astype(np.float64),
-            "y": (top + rows / 2).astype(np.float32),
-            "h": (rows - 0.1).astype(np.float32),
-            "busy": busy.astype(np.float32),
-            "alpha": (0.15 + 0.85 * busy).astype(np.float32),
-            "count": cells["count"].to_numpy()[at].astype(np.int32),
-            "kind_id": cells["kind"][at].astype(str).map(kind_index).fillna(kind_index["other"])
-                                        .to_numpy(dtype=np.int8),
-            "name_id": names.cat.codes.to_numpy()[at].astype(np.int32),
-        })
-        mapper = LinearColorMapper(palette=list(KIND_PALETTE), low=-0.5, high=len(KINDS) - 0.5)
-        renderers.append(fig.rect(x="x", y="y", width=lod.bin_ns(level), height="h", source=source,
-                                  fill_color={"field": "kind_id", "transform": mapper}, fill_alpha="alpha",
-                                  line_color=None, visible=False))
-    fig.add_tools(HoverTool(renderers=renderers, tooltips=[
-        ("aggregated", "@count{0,0} events starting here"), ("busy", "@busy{0%}"),
-        ("mostly", "@name_id{name}"), ("kind", "@kind_id{kind}")],
-        formatters={"@name_id": CustomJSHover(args={"names": vocabulary}, code="return names[value]"),
-                    "@kind_id": CustomJSHover(args={"kinds": list(KINDS)}, code="return kinds[value]")}))
-    return renderers
 
 
 def _draw_spans(fig: figure, source: ColumnDataSource) -> list[GlyphRenderer]:
@@ -317,42 +335,22 @@ def _draw_spans(fig: figure, source: ColumnDataSource) -> list[GlyphRenderer]:
     instants = fig.scatter(x="left", y="y", size="instant_px", marker="diamond", source=source, fill_color=color,
                            line_color=None, nonselection_fill_alpha=0.35)
     fig.add_tools(HoverTool(renderers=[bars, instants], tooltips=[
-        ("name", "@name"), ("kind", "@kind"), ("duration", "@dur_us{0,0.000} µs"),
-        ("start", "@start_ms{0,0.000} ms"), ("shapes", "@shapes"), ("flops", "@flops{0.000a}"),
-        ("launched by", "@launcher_name"), ("launches", "@launched device ops")]))
+        ("name", "@name"), ("kind", "@kind"), ("duration", "@dur_ns{time}"), ("start", "@left{time}"),
+        ("shapes", "@shapes"), ("flops", "@row{flops}"), ("launched by", "@launcher_name"),
+        ("launches", "@launched{count} device events")],
+        formatters={"@dur_ns": js.hover(js.TIME_HOVER), "@left": js.hover(js.TIME_HOVER),
+                    "@row": js.hover(js.FLOPS_HOVER, source=source), "@launched": js.hover(js.COUNT_HOVER)}))
     return [bars, instants]
 
 
-def _set_initial_mode(source: ColumnDataSource, lod: Density, span_renderers: list[GlyphRenderer],
-                      level_renderers: list[GlyphRenderer], box: BoxAnnotation, status: Title, x_range: Range1d,
-                      extent: tuple[int, int], width: int) -> None:
-    """What the LOD callback would show for the initial range, so the page is right before any zoom."""
-    x0, x1 = max(x_range.start, extent[0]), min(x_range.end, extent[1])
-    tags = source.tags
-    inside = len(tags) == 2 and x0 >= tags[0] and x1 <= tags[1]
-    for renderer in span_renderers:
-        renderer.visible = inside
-    box.visible = not inside and len(tags) == 2
-    if inside:
-        data = source.data
-        status.text = f"{int(np.count_nonzero((data['left'] <= x1) & (data['right'] >= x0))):,} spans in view"
-        return
-    level = select_level(lod, x_range.end - x_range.start, width)
-    level_renderers[level].visible = True
-    cells = lod.cells[(lod.cells["level"] == level) & (lod.cells["end_ns"] > x0) & (lod.cells["start_ns"] < x1)]
-    status.text = (f"aggregated: {int(cells['count'].sum()):,} events in {len(cells):,} bins — zoom in for spans"
-                   + (f" (real spans embedded for {tags[0] / 1e6:.3f} ms to {tags[1] / 1e6:.3f} ms, the dashed box)"
-                      if len(tags) == 2 else ""))
-
-
-def _style_axes(fig: figure, layout: pd.DataFrame) -> None:
-    """Time axis below; one label per lane ("device · track") and a rule between devices."""
+def _style_axes(fig: figure, layout: pd.DataFrame, names: list[str]) -> None:
+    """Time axis below; one label per lane ("device · name", `names` from `lane_names`), a rule between devices."""
     fig.xaxis.formatter = time_ticks()
     fig.xaxis.axis_label = "time from trace start"
     centers = (layout["top"] + layout["rows"] / 2).to_list()
     fig.yaxis.ticker = FixedTicker(ticks=centers)
-    fig.yaxis.major_label_overrides = {center: f"{device} · {label}" for center, device, label
-                                       in zip(centers, layout["device"], layout["label"], strict=True)}
+    fig.yaxis.major_label_overrides = {center: f"{device} · {name}" for center, device, name
+                                       in zip(centers, layout["device"], names, strict=True)}
     fig.yaxis.major_tick_line_color = None
     fig.ygrid.grid_line_color = None
     for top in layout.loc[layout["new_device"], "top"]:

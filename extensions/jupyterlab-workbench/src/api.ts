@@ -35,6 +35,12 @@ export interface IRunRow {
   p50_ms: number | null;
   experiment: string | null;
   created: string;
+  /** The batch it ran at (null for an import). */
+  batch?: number | null;
+  /** The name of the file an import came from. */
+  file?: string | null;
+  /** Why its latency samples are noisy (`workbench.analysis.noise`); null when they are not. */
+  noise?: string | null;
 }
 
 /** One experiment as `GET runs` lists it. */
@@ -70,11 +76,16 @@ export interface ITaskProgress {
   done?: boolean;
 }
 
-/** A capture job as `GET jobs/<id>` describes it. */
+/** What an import job was asked for: the names of the files it imports. */
+export interface IImportRequest {
+  import: string[];
+}
+
+/** A capture or import job as `GET jobs/<id>` describes it. */
 export interface IJob {
   id: string;
   status: JobStatus;
-  request: ICaptureRequest;
+  request: ICaptureRequest | IImportRequest;
   created: string;
   started: string | null;
   finished: string | null;
@@ -85,8 +96,24 @@ export interface IJob {
   };
   log: string[];
   exit_code: number | null;
-  result: ICaptureResult | null;
+  /** What the command printed as JSON: a capture's result, or the run ids of an import. */
+  result: ICaptureResult | string[] | null;
   error: string | null;
+}
+
+/** Whether `job` imports files (the panel's uploads and "Open in Workbench") rather than capturing. */
+export function isImportJob(job: IJob): job is IJob & { request: IImportRequest } {
+  return Array.isArray((job.request as IImportRequest).import);
+}
+
+/** The reply of `POST query`: the rows of one SELECT, at most its limit. */
+export interface IQueryResult {
+  columns: string[];
+  /** Arrow's name of each column's type (`int64`, `string`, `double`...). */
+  types: string[];
+  rows: unknown[][];
+  /** Whether the query had more rows than the limit. */
+  truncated: boolean;
 }
 
 /** What `workbench capture --json` prints: the job's result once it succeeded. */
@@ -127,7 +154,10 @@ export interface ICaptureOptions {
   /** The devices of the server's machine (cpu, cuda:N). */
   devices: string[];
   /** The built-in models. */
+  /** What the model picker offers: built-ins, hf-config: presets, common torchvision/timm models. */
   models: string[];
+  /** The built-in models alone. */
+  builtin_models: string[];
 }
 
 /** A Bokeh `json_item`, embedded with `Bokeh.embed.embed_item`. */
@@ -277,4 +307,39 @@ export function isFinished(job: IJob): boolean {
     job.status === 'failed' ||
     job.status === 'cancelled'
   );
+}
+
+/** Run one read-only SQL SELECT over `runIds` (every run of the traces root when null). */
+export function runQuery(
+  sql: string,
+  runIds: string[] | null,
+  limit?: number
+): Promise<IQueryResult> {
+  const body: { sql: string; runs?: string[]; limit?: number } = { sql };
+  if (runIds !== null) {
+    body.runs = runIds;
+  }
+  if (limit !== undefined) {
+    body.limit = limit;
+  }
+  return requestAPI<IQueryResult>('query', jsonBody('POST', body));
+}
+
+/** Upload a trace file into the traces root; resolves with the job that imports it. */
+export function uploadTrace(file: File): Promise<IJob> {
+  return requestAPI<IJob>(`upload?name=${encodeURIComponent(file.name)}`, {
+    method: 'POST',
+    body: file,
+    headers: { 'Content-Type': 'application/octet-stream' }
+  });
+}
+
+/** Import a file of the server's root folder (a path as Lab's file browser gives it); resolves with the job. */
+export function importPath(path: string): Promise<IJob> {
+  return requestAPI<IJob>('import', jsonBody('POST', { path }));
+}
+
+/** A token that changes whenever runs or experiments appear in or vanish from the traces root. */
+export async function tracesVersion(): Promise<string> {
+  return (await requestAPI<{ version: string }>('traces/version')).version;
 }

@@ -105,6 +105,11 @@ export class EmbeddedItem {
     private readonly _views: IBokehViews
   ) {}
 
+  /** The BokehJS Document of the embedded item (its models, found by name). */
+  get document(): any {
+    return this._views.roots[0]?.model.document;
+  }
+
   /** Remove the views and forget their documents (Bokeh keeps every document in `Bokeh.documents`). */
   dispose(): void {
     const documents = new Set(this._views.roots.map(view => view.model.document));

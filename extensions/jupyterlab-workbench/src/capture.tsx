@@ -18,8 +18,10 @@ import {
   ICaptureField,
   ICaptureOptions,
   ICaptureRequest,
+  ICaptureResult,
   IJob,
   isFinished,
+  isImportJob,
   listJobs,
   startCapture,
   WorkbenchApiError
@@ -138,7 +140,7 @@ export function captureRequest(form: ICaptureForm, options: ICaptureOptions): IC
   const model = form.model.trim();
   if (model === '') {
     throw new FormError(
-      `model: required (a built-in model: ${options.models.join(', ')}; package.module:factory or a .pt2 file)`
+      `model: required (a built-in model: ${options.builtin_models.join(', ')}; hf-config:<preset>, hf:<id or folder>, torchvision:<name>, timm:<name>, onnx:<file>, package.module:factory or a .pt2 file)`
     );
   }
   const known = fields.get('variants')?.choices ?? [];
@@ -184,6 +186,52 @@ export function captureRequest(form: ICaptureForm, options: ICaptureOptions): IC
     }
   }
   return request;
+}
+
+/**
+ * The form that describes `request` (a job's, e.g. one still running when the page was loaded): its values as
+ * typed text, the form's defaults where it has none.
+ */
+export function formFromRequest(request: ICaptureRequest): ICaptureForm {
+  const text = (value: unknown): string | undefined =>
+    value === null || value === undefined ? undefined : String(value);
+  const variants = Array.isArray(request.variants) ? request.variants.join(',') : text(request.variants);
+  const overrides = Object.entries(request.overrides ?? {})
+    .map(([key, value]) => `${key}=${typeof value === 'string' ? value : JSON.stringify(value)}`)
+    .join(' ');
+  const form: ICaptureForm = { ...DEFAULT_FORM, overrides, seq: '', threads: '', device: '', profiler: '',
+    kernel_name: '', launch_count: '' };
+  const values: Partial<Record<keyof ICaptureForm, string | undefined>> = {
+    model: text(request.model), variants, batch: text(request.batch), seq: text(request.seq),
+    iterations: text(request.iterations), warmup: text(request.warmup), threads: text(request.threads),
+    device: text(request.device), profiler: text(request.profiler), kernel_name: text(request.kernel_name),
+    launch_count: text(request.launch_count)
+  };
+  for (const [key, value] of Object.entries(values) as [keyof ICaptureForm, string | undefined][]) {
+    if (value !== undefined) {
+      (form as any)[key] = value;
+    }
+  }
+  if (typeof request.profile === 'boolean') {
+    form.profile = request.profile;
+  }
+  return form;
+}
+
+/**
+ * The label of a job's progress: its current task, with the counts of the task it belongs to when it names
+ * one item of a larger task (`prepare eager` of `prepare`: the variant being prepared, and how many are done).
+ */
+export function progressLabel(job: IJob): { task: string; completed: number | null; total: number | null } {
+  const { task, completed, total, tasks } = job.progress;
+  if (task === null) {
+    return { task: 'starting', completed: null, total: null };
+  }
+  const parent = task.includes(' ') ? tasks[task.split(' ')[0]] : undefined;
+  if (parent && !parent.done) {
+    return { task, completed: parent.completed, total: parent.total };
+  }
+  return { task, completed, total };
 }
 
 function message(error: unknown): string {
@@ -247,13 +295,13 @@ function Progress(props: { job: IJob }): JSX.Element {
       </div>
     );
   }
-  const { task, completed, total } = job.progress;
+  const { task, completed, total } = progressLabel(job);
   const known = total !== null && total > 0 && completed !== null;
   const percent = known ? Math.min(100, (100 * completed!) / total!) : 0;
   return (
     <div className="jp-Workbench-progressBox">
       <div className="jp-Workbench-progressLabel">
-        <span className="jp-Workbench-task">{task ?? 'starting'}</span>
+        <span className="jp-Workbench-task">{task}</span>
         {known ? <span>{` ${completed} / ${total}`}</span> : null}
       </div>
       <div
@@ -261,7 +309,7 @@ function Progress(props: { job: IJob }): JSX.Element {
           'jp-Workbench-progress' + (known ? '' : ' jp-mod-indeterminate')
         }
         role="progressbar"
-        aria-label={`capture progress: ${task ?? 'starting'}`}
+        aria-label={`capture progress: ${task}`}
         aria-valuemin={0}
         aria-valuemax={known ? total! : undefined}
         aria-valuenow={known ? completed! : undefined}
@@ -280,9 +328,10 @@ function Outcome(props: { job: IJob; onDismiss: () => void }): JSX.Element {
   const { job } = props;
   let text: string;
   if (job.status === 'succeeded') {
-    const runs = job.result?.runs ?? [];
+    const result = job.result as ICaptureResult | null;
+    const runs = result?.runs ?? [];
     text = `Captured ${runs.length} run${runs.length === 1 ? '' : 's'}` +
-      (job.result?.experiment ? ` (experiment ${job.result.experiment})` : '');
+      (result?.experiment ? ` (experiment ${result.experiment})` : '');
   } else if (job.status === 'cancelled') {
     text = 'Capture cancelled: nothing was kept.';
   } else {
@@ -331,6 +380,8 @@ export function CaptureSection(props: {
     return optionsRequest.current;
   };
   const [job, setJob] = React.useState<IJob | null>(null);
+  const followed = React.useRef<IJob | null>(null);
+  followed.current = job;
   const [error, setError] = React.useState<string | null>(null);
   const [submitting, setSubmitting] = React.useState(false);
   const [cancelling, setCancelling] = React.useState(false);
@@ -356,9 +407,10 @@ export function CaptureSection(props: {
   React.useEffect(() => {
     listJobs()
       .then(jobs => {
-        const live = jobs.filter(j => !isFinished(j)).pop();
-        if (live) {
-          setJob(current => current ?? live);
+        const live = jobs.filter(j => !isFinished(j) && !isImportJob(j)).pop();
+        if (live && followed.current === null) {
+          setJob(live);
+          setForm(formFromRequest(live.request as ICaptureRequest)); // the settings it runs with
         }
       })
       .catch(() => {
@@ -411,7 +463,8 @@ export function CaptureSection(props: {
 
   const submit = async (event: React.FormEvent) => {
     event.preventDefault();
-    setError(null);
+    setError(null); // a new attempt: the last one's error and outcome go
+    setJob(current => (current && isFinished(current) ? null : current));
     let request: ICaptureRequest;
     try {
       const known = options ?? (await loadOptions().catch(err => {
@@ -462,7 +515,7 @@ export function CaptureSection(props: {
           ))}
         </datalist>
         <Field label="Model" name="model" form={form} onChange={change} list="jp-Workbench-models"
-          title={`A built-in model (${(options?.models ?? []).join(', ')}), package.module:factory, or a .pt2 file`} />
+          title={`A built-in model (${(options?.builtin_models ?? []).join(', ')}), hf-config:<preset>, hf:<id or folder>, torchvision:<name>, timm:<name>, onnx:<file>, package.module:factory, or a .pt2 file`} />
         <Field label="Variants" name="variants" form={form} onChange={change}
           title={(options?.variants ?? []).map(v => `${v.name}: ${v.description}`).join('\n')} />
         <div className="jp-Workbench-fieldRow">
@@ -475,7 +528,8 @@ export function CaptureSection(props: {
             field={fields.get('iterations')} />
           <Field label="Warmup" name="warmup" type="number" form={form} onChange={change} field={fields.get('warmup')} />
           <Field label="Threads" name="threads" type="number" form={form} onChange={change}
-            field={fields.get('threads')} placeholder="all" />
+            field={fields.get('threads')} placeholder="auto"
+            title="torch threads; empty: 1 on machines with 4 cores or fewer, else torch's setting" />
         </div>
         <Field label="Overrides" name="overrides" form={form} onChange={change}
           placeholder="d_model=64 layers=2" title="Model config overrides, KEY=VALUE (the CLI's --set)" />

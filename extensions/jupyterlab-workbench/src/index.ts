@@ -1,6 +1,7 @@
 /**
  * The Workbench JupyterLab extension: a left sidebar of runs and captures, main-area dashboards and
- * comparisons, command-palette and launcher entries, and the traces folder setting.
+ * comparisons, command-palette and launcher entries, the traces folder setting, and "Open in Workbench" on
+ * trace files in Lab's file browser (imported by the server, then opened).
  *
  * The setting `tracesRoot` is sent to the server (`PUT workbench/api/config`) when Lab starts and each
  * time it changes; the server then lists, captures into and deletes from that folder.
@@ -22,7 +23,9 @@ import { ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { refreshIcon } from '@jupyterlab/ui-components';
 
+import { IRunRow } from './api';
 import { workbenchIcon } from './icon';
+import { runLabel } from './runs';
 import { WorkbenchSidebar } from './sidebar';
 import { BokehView, viewSource } from './view';
 
@@ -33,10 +36,24 @@ export namespace CommandIDs {
   export const open = 'workbench:open';
   export const show = 'workbench:show-runs';
   export const refresh = 'workbench:refresh';
+  export const openFile = 'workbench:open-file';
 }
 
-function viewTitle(runs: string[]): string {
-  return runs.length === 1 ? `Run ${runs[0]}` : `Compare ${runs.length} runs`;
+/** Names of the files "Open in Workbench" is offered for: what `workbench import` reads. */
+export const TRACE_FILE = /\.(json|gz|pb|sqlite)$/i;
+
+/** A view's tab title: the run's model, variant and batch (its file for an import), or the number compared. */
+function viewTitle(runs: string[], rows: Map<string, IRunRow>): string {
+  return runs.length === 1 ? runLabel(rows.get(runs[0]), runs[0]) : `Compare ${runs.length} runs`;
+}
+
+/** The paths of the items selected in Lab's default file browser (found by its id, without its package). */
+function selectedFiles(app: JupyterFrontEnd): string[] {
+  const browser = Array.from(app.shell.widgets('left')).find(widget => widget.id === 'filebrowser') as any;
+  const items = browser?.selectedItems?.();
+  return items ? Array.from(items as Iterable<{ path: string; type: string }>)
+    .filter(item => item.type !== 'directory')
+    .map(item => item.path) : [];
 }
 
 const plugin: JupyterFrontEndPlugin<void> = {
@@ -56,6 +73,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const tracker = new WidgetTracker<MainAreaWidget<BokehView>>({
       namespace: 'workbench-view'
     });
+    /** The runs as last listed by the sidebar, for the views' titles. */
+    const rows = new Map<string, IRunRow>();
 
     /** Open (or bring forward) the dashboard of one run, or the comparison of several. */
     const show = (runs: string[]): MainAreaWidget<BokehView> => {
@@ -69,7 +88,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       const widget = new MainAreaWidget({ content });
       widget.id = id;
       widget.addClass('jp-Workbench-viewPanel');
-      widget.title.label = viewTitle(runs);
+      widget.title.label = viewTitle(runs, rows);
       widget.title.caption = runs.join('\n');
       widget.title.icon = workbenchIcon;
       widget.title.closable = true;
@@ -95,7 +114,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
           if (widget.content.runs.some(run => runs.includes(run))) {
             widget.dispose();
           }
-        })
+        }),
+      listed: listedRows => {
+        rows.clear();
+        listedRows.forEach(row => rows.set(row.run, row));
+        tracker.forEach(widget => {
+          widget.title.label = viewTitle(widget.content.runs, rows);
+        });
+      }
     });
     shell.add(sidebar, 'left', { rank: 850 });
 
@@ -121,6 +147,22 @@ const plugin: JupyterFrontEndPlugin<void> = {
     commands.addCommand(CommandIDs.refresh, {
       label: 'Refresh Workbench Runs',
       execute: () => sidebar.refresh()
+    });
+    commands.addCommand(CommandIDs.openFile, {
+      label: 'Open in Workbench',
+      caption: 'Import the trace file into the Workbench traces folder and open its dashboard',
+      icon: workbenchIcon,
+      isVisible: () => selectedFiles(app).some(path => TRACE_FILE.test(path)),
+      execute: args => {
+        const paths = (args['paths'] as string[] | undefined) ?? selectedFiles(app).filter(p => TRACE_FILE.test(p));
+        sidebar.imports.importPaths(paths);
+        shell.activateById(sidebar.id);
+      }
+    });
+    app.contextMenu.addItem({
+      command: CommandIDs.openFile,
+      selector: '.jp-DirListing-item[data-isdir="false"]',
+      rank: 3
     });
 
     if (palette) {

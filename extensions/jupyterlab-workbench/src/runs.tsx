@@ -25,6 +25,23 @@ export function shortTime(created: string | null | undefined): string {
   return created.replace('T', ' ').slice(0, 16);
 }
 
+/**
+ * How a run is named in a tab: model, variant and batch (`tiny-gpt · eager · b4`), the file of an import,
+ * else its id.
+ */
+export function runLabel(row: IRunRow | undefined, runId: string): string {
+  if (!row) {
+    return runId;
+  }
+  const parts = [row.model, row.variant, row.batch ? `b${row.batch}` : null].filter(
+    (part): part is string => !!part
+  );
+  if (parts.length > 0) {
+    return parts.join(' · ');
+  }
+  return row.file ?? row.run;
+}
+
 /** A median latency for the list: three significant digits. */
 export function formatMs(ms: number | null): string {
   if (ms === null || ms === undefined || !Number.isFinite(ms)) {
@@ -84,7 +101,7 @@ function RunItem(props: IRunsProps & { row: IRunRow }): JSX.Element {
     <li
       className={'jp-Workbench-run' + (checked ? ' jp-mod-selected' : '')}
       data-run={row.run}
-      title={`${row.run}\n${row.model ?? ''} ${row.variant ?? ''} on ${row.device ?? '?'}`}
+      title={`${row.run}\n${row.file ? `imported from ${row.file}` : `${row.model ?? ''} ${row.variant ?? ''}`} on ${row.device ?? '?'}`}
     >
       <input
         type="checkbox"
@@ -97,12 +114,13 @@ function RunItem(props: IRunsProps & { row: IRunRow }): JSX.Element {
         onClick={() => props.onOpen([row.run])}
         title={`Open the dashboard of ${row.run}`}
       >
-        {row.variant ?? row.run}
+        {row.variant ?? row.file ?? row.run}
       </button>
       <span className="jp-Workbench-device">{row.device ?? ''}</span>
       <span className={`jp-Workbench-status jp-mod-${status === 'ok' ? 'ok' : 'bad'}`}>{status}</span>
-      <span className="jp-Workbench-p50" title="median latency">
+      <span className="jp-Workbench-p50" title={row.noise ? `median latency; noisy: ${row.noise}` : 'median latency'}>
         {formatMs(row.p50_ms)}
+        {row.noise ? <span className="jp-Workbench-noisy" aria-label={`noisy: ${row.noise}`}> ⚠</span> : null}
       </span>
     </li>
   );

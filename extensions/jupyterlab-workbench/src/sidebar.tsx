@@ -1,15 +1,22 @@
 /**
- * The Workbench sidebar: the traces folder, the capture form and the runs, with their actions.
+ * The Workbench sidebar: the traces folder, the capture form, the runs with their actions (open, compare, delete,
+ * import; trace files dropped on the panel are imported too) and the SQL query box. The runs list refreshes
+ * itself when runs appear or vanish: it polls the server's cheap `traces/version` every `WATCH_MS`.
  */
 
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { ReactWidget } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
-import { deleteRun, IJob, IListing, listRuns, setTracesRoot } from './api';
+import { deleteRun, IJob, IListing, IRunRow, listRuns, setTracesRoot, tracesVersion } from './api';
 import { CaptureSection, ErrorNote } from './capture';
 import { workbenchIcon } from './icon';
+import { ImportButton, ImportList, ImportTracker } from './imports';
+import { QuerySection } from './query';
 import { RunList } from './runs';
+
+/** How often the panel asks whether runs appeared or vanished (ms). */
+export const WATCH_MS = 2000;
 
 /** What the sidebar asks of the application. */
 export interface ISidebarActions {
@@ -19,6 +26,8 @@ export interface ISidebarActions {
   compare(runIds: string[]): void;
   /** The runs were deleted: close their views. */
   deleted(runIds: string[]): void;
+  /** The runs as just listed (for the titles of their views). */
+  listed(rows: IRunRow[]): void;
 }
 
 function message(error: unknown): string {
@@ -31,6 +40,7 @@ interface IPanelProps {
   generation: number;
   /** Why the traces folder setting could not be applied, if it could not. */
   rootError: string | null;
+  imports: ImportTracker;
 }
 
 function WorkbenchPanel(props: IPanelProps): JSX.Element {
@@ -41,6 +51,9 @@ function WorkbenchPanel(props: IPanelProps): JSX.Element {
   const [loading, setLoading] = React.useState(false);
   const [deleting, setDeleting] = React.useState(false);
   const [selected, setSelected] = React.useState<Set<string>>(new Set());
+  const [dropping, setDropping] = React.useState(false);
+  const listed = React.useRef(actions.listed);
+  listed.current = actions.listed;
 
   const refresh = React.useCallback(async () => {
     setLoading(true);
@@ -48,6 +61,7 @@ function WorkbenchPanel(props: IPanelProps): JSX.Element {
       const next = await listRuns();
       const present = new Set(next.runs.map(row => row.run));
       setListing(next);
+      listed.current(next.runs);
       setListError(null);
       setSelected(current => new Set([...current].filter(id => present.has(id))));
     } catch (error) {
@@ -60,6 +74,32 @@ function WorkbenchPanel(props: IPanelProps): JSX.Element {
   React.useEffect(() => {
     void refresh();
   }, [props.generation]);
+
+  // List again when runs appear or vanish (a capture, an import, `workbench rm` in a terminal).
+  React.useEffect(() => {
+    let last: string | null = null;
+    let stopped = false;
+    const watch = async () => {
+      if (document.hidden) {
+        return;
+      }
+      try {
+        const version = await tracesVersion();
+        if (!stopped && last !== null && version !== last) {
+          void refresh();
+        }
+        last = version;
+      } catch {
+        // the list shows why the server cannot be reached when it is refreshed
+      }
+    };
+    void watch();
+    const timer = window.setInterval(() => void watch(), WATCH_MS);
+    return () => {
+      stopped = true;
+      window.clearInterval(timer);
+    };
+  }, [props.generation, refresh]);
 
   const select = (runIds: string[], on: boolean) =>
     setSelected(current => {
@@ -117,9 +157,31 @@ function WorkbenchPanel(props: IPanelProps): JSX.Element {
     }
   };
 
+  const hasFiles = (event: React.DragEvent) => Array.from(event.dataTransfer.types).includes('Files');
   const count = ordered.length;
   return (
-    <div className="jp-Workbench-panel">
+    <div
+      className={'jp-Workbench-panel' + (dropping ? ' jp-mod-dropping' : '')}
+      onDragOver={event => {
+        if (hasFiles(event)) {
+          event.preventDefault();
+          event.dataTransfer.dropEffect = 'copy';
+          setDropping(true);
+        }
+      }}
+      onDragLeave={event => {
+        if (event.currentTarget === event.target) {
+          setDropping(false);
+        }
+      }}
+      onDrop={event => {
+        if (hasFiles(event)) {
+          event.preventDefault();
+          setDropping(false);
+          props.imports.upload(Array.from(event.dataTransfer.files));
+        }
+      }}
+    >
       <header className="jp-Workbench-header">
         <h2>Workbench</h2>
         <button
@@ -174,7 +236,9 @@ function WorkbenchPanel(props: IPanelProps): JSX.Element {
           >
             {deleting ? 'Deleting…' : 'Delete'}
           </button>
+          <ImportButton tracker={props.imports} />
         </div>
+        <ImportList tracker={props.imports} />
         <ErrorNote text={actionError} />
         <ErrorNote text={listError} />
         {listing ? (
@@ -197,6 +261,11 @@ function WorkbenchPanel(props: IPanelProps): JSX.Element {
           </details>
         ) : null}
       </details>
+      <details className="jp-Workbench-section jp-Workbench-querySection">
+        <summary>Query (SQL)</summary>
+        <QuerySection runIds={ordered} />
+      </details>
+      {dropping ? <div className="jp-Workbench-dropNote">Drop trace files to import them</div> : null}
     </div>
   );
 }
@@ -205,11 +274,20 @@ function WorkbenchPanel(props: IPanelProps): JSX.Element {
 export class WorkbenchSidebar extends ReactWidget {
   constructor(private readonly _actions: ISidebarActions) {
     super();
+    this.imports = new ImportTracker((runIds, open) => {
+      this.refresh();
+      if (open && runIds.length > 0) {
+        this._actions.open(runIds);
+      }
+    });
     this.id = 'jp-workbench-sidebar';
     this.addClass('jp-Workbench-sidebar');
     this.title.icon = workbenchIcon;
     this.title.caption = 'Workbench: runs, captures, dashboards';
   }
+
+  /** The panel's imports (uploads and files of the server's root folder). */
+  readonly imports: ImportTracker;
 
   /** List the runs again. */
   refresh(): void {
@@ -230,7 +308,8 @@ export class WorkbenchSidebar extends ReactWidget {
 
   protected render(): JSX.Element {
     return (
-      <WorkbenchPanel actions={this._actions} generation={this._generation} rootError={this._rootError} />
+      <WorkbenchPanel actions={this._actions} generation={this._generation} rootError={this._rootError}
+        imports={this.imports} />
     );
   }
 

@@ -4,7 +4,8 @@
  * Resizing: the workbench layouts have fixed pixel widths (tables, linked timelines), so the view asks
  * the server for a layout as wide as the panel, and asks again, once the size has settled, when the
  * panel's width changes by more than `RELAYOUT_PX`. The old plots stay in place until the new ones are
- * drawn; a reply that arrives after a newer request is dropped.
+ * drawn; a reply that arrives after a newer request is dropped. A redraw keeps the timeline's zoom, selection,
+ * drag tool and search (`timeline.ts`), and a run's timeline asks the server for the spans of each view.
  */
 
 import { Message } from '@lumino/messaging';
@@ -12,6 +13,12 @@ import { Widget } from '@lumino/widgets';
 
 import { fetchComparison, fetchDashboard, IBokehItem } from './api';
 import { EmbeddedItem, embedItem } from './bokeh';
+import {
+  captureTimeline,
+  connectTimeline,
+  restoreTimeline,
+  timelineApi
+} from './timeline';
 
 /** Layout widths the server accepts (`WIDTHS` in handlers.py). */
 export const MIN_WIDTH = 400;
@@ -80,6 +87,16 @@ export class BokehView extends Widget {
         embedded.dispose();
         target.remove();
         return;
+      }
+      const doc = embedded.document;
+      if (doc && this.source.runs.length === 1) {
+        connectTimeline(doc, timelineApi(this.source.runs[0]));
+      }
+      const kept = this._embedded?.document
+        ? captureTimeline(this._embedded.document)
+        : null;
+      if (doc && kept) {
+        restoreTimeline(doc, kept);
       }
       this._embedded?.dispose();
       this._plot.remove();

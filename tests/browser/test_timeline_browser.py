@@ -1,0 +1,167 @@
+"""The dashboard timeline in a real `jupyter lab` with headless Chromium, on a real GPU trace (ResNet-50, Kineto):
+zoomed into the last 10% of the trace the panel fetches that window's spans from the server and a named kernel is
+there; a click on it shows its details, its launcher and a flow arrow; searching its name jumps the timeline to a
+match; W zooms in; a redraw at a new width keeps the zoom. Screenshots go to docs/images/timeline-*.png."""
+
+# ruff: noqa: F811 (the Lab fixtures imported below are used as fixture parameters of the same names)
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from conftest import fixture_path
+from test_lab_browser import (  # the same Lab server, browser and panel fixtures
+    Lab,  # noqa: F401
+    browser,  # noqa: F401
+    lab,  # noqa: F401
+    page,  # noqa: F401
+    pytestmark,  # noqa: F401
+    run_row,
+    view_selector,
+    wait_for_plots,
+)
+
+from workbench.trace import read_trace
+from workbench.trace.bundle import write_bundle
+
+IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
+RUN = "resnet50-gpu"
+DOC = "Bokeh.documents.find((d) => d.get_model_by_name('timeline'))"
+"""The embedded dashboard's BokehJS document (the one holding the timeline)."""
+MODELS = f"""const doc = {DOC};
+const plot = doc.get_model_by_name('timeline'), spans = doc.get_model_by_name('timeline spans');
+const remote = doc.get_model_by_name('timeline remote');"""
+
+
+def evaluate(page, body: str, arg=None):
+    """Run `body` (JS statements ending in a return) with the timeline's models in scope."""
+    return page.evaluate(f"(arg) => {{ {MODELS}\n{body} }}", arg)
+
+
+def wait_for(page, condition: str, arg=None, timeout: int = 60_000) -> None:
+    page.wait_for_function(f"(arg) => {{ if (!{DOC}) return false; {MODELS}\n{condition} }}",
+                           arg=arg, timeout=timeout)
+
+
+def screen_point(page, t_ns: float, y: float) -> tuple[float, float]:
+    """Page coordinates of the plot's point (t_ns, y)."""
+    return tuple(evaluate(page, """
+const view = Bokeh.index.find_one(plot), box = view.el.getBoundingClientRect();
+return [box.left + view.frame.x_scale.compute(arg[0]), box.top + view.frame.y_scale.compute(arg[1])];""",
+                          [t_ns, y]))
+
+
+@pytest.fixture(scope="module")
+def gpu_run(lab) -> str:
+    trace = read_trace(fixture_path("kineto", "resnet50_v100_train.pt.trace.json.gz"))
+    info = {"model": {"name": "resnet50"}, "variant": {"name": "kineto import"}, "device": "cuda:0"}
+    write_bundle(lab.traces, RUN, info, trace)
+    return RUN
+
+
+def expected_kernels_in_last_tenth() -> tuple[int, int, set[str]]:
+    """From the raw file: the trace's first start and last end (ns, from its first event) and the names of the
+    kernels starting in its last 11% (a margin for where the reader puts the origin)."""
+    with gzip.open(fixture_path("kineto", "resnet50_v100_train.pt.trace.json.gz"), "rt") as raw:
+        events = [e for e in json.load(raw)["traceEvents"] if e.get("ph") == "X"]
+    origin = min(e["ts"] for e in events)
+    last = max(e["ts"] + e.get("dur", 0) for e in events)
+    cut = last - (last - origin) * 0.11
+    names = {e["name"] for e in events if e.get("cat", "").lower() == "kernel" and e["ts"] >= cut}
+    return 0, int((last - origin) * 1000), names
+
+
+def test_zoom_click_search_on_a_gpu_trace(lab, page, gpu_run):
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    first, last, late_kernels = expected_kernels_in_last_tenth()
+    assert late_kernels, "the fixture has kernels in its last tenth"
+    page.locator("#jp-workbench-sidebar").get_by_role("button", name="Refresh", exact=True).click()
+    run_row(page, gpu_run).wait_for(timeout=30_000)
+    run_row(page, gpu_run).locator(".jp-Workbench-runName").click()
+    wait_for_plots(page, view_selector([gpu_run]))
+    wait_for(page, "return remote._wb_api != null")  # the panel gave the timeline the server's routes
+
+    # lanes are named for people
+    labels = evaluate(page, "const o = plot.left[0].major_label_overrides; "
+                            "return o instanceof Map ? [...o.values()] : Object.values(o)")
+    assert "cpu · python main thread" in labels and "cuda:0 · stream 7 (compute, copy, memset)" in labels
+
+    # the last 10% of the trace: the server sends its spans and named kernels are there
+    start = last - (last - first) / 10
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url) if "/spans?" in r.url else None)
+    evaluate(page, "plot.x_range.setv({start: arg[0], end: arg[1]}); return null", [start, last])
+    wait_for(page, """const d = spans.data, t = spans.tags;
+return t.length == 2 && t[0] <= arg[0] && t[1] >= arg[1] &&
+  d.kind.some((k, i) => k == 'kernel' && d.left[i] >= arg[0] && d.name[i] && d.right[i] <= arg[1]);""",
+             [start, last])
+    assert requests and all("start_ns=" in url and "width_px=" in url for url in requests)
+    kernel = evaluate(page, """const d = spans.data;
+let best = -1;
+for (let i = 0; i < d.left.length; i++)
+  if (d.kind[i] == 'kernel' && d.left[i] >= arg && d.launcher_idx[i] >= 0 &&
+      (best < 0 || d.dur_ns[i] > d.dur_ns[best])) best = i;
+return {i: best, name: d.name[best], left: d.left[best], right: d.right[best], y: d.y[best], row: d.row[best],
+        launcher: d.name[d.launcher_idx[best]]};""", start)
+    assert kernel["i"] >= 0 and kernel["name"] in late_kernels
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(IMAGES / "timeline-last-tenth.png"))
+
+    # zoom onto it and click it: its details, its launcher and a flow arrow
+    width = max((kernel["right"] - kernel["left"]) * 20, 20_000)
+    center = (kernel["left"] + kernel["right"]) / 2
+    evaluate(page, "plot.x_range.setv({start: arg[0], end: arg[1]}); return null", [center - width / 2,
+                                                                                     center + width / 2])
+    wait_for(page, "return spans.data.row.includes(arg)", kernel["row"])
+    page.wait_for_timeout(500)
+    x, y = screen_point(page, center, kernel["y"])
+    page.mouse.click(x, y)
+    wait_for(page, """const details = doc.get_model_by_name('timeline details');
+return details.data.value.includes(arg) && details.data.field.some((f) => f.startsWith('arg: '))""", kernel["name"])
+    related = evaluate(page, """const r = doc.get_model_by_name('timeline related').data;
+return r.relation.map((rel, i) => [rel, r.name[i]]);""")
+    assert ["launched by", kernel["launcher"]] in related
+    arrows = evaluate(page, "return [...doc.all_models].filter((m) => m.type == 'Arrow')"
+                            ".map((a) => a.source.data.x1.length)")
+    assert arrows and arrows[0] >= 1
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(IMAGES / "timeline-details.png"), full_page=True)
+
+    # search its name: the count, and the timeline jumps to the first match, selected
+    search = page.locator("input[placeholder^='search event names']")
+    search.fill(kernel["name"])
+    search.press("Enter")
+    wait_for(page, "return doc.get_model_by_name('timeline search status').text.startsWith('match 1 of')")
+    status = evaluate(page, "return doc.get_model_by_name('timeline search status').text")
+    count = int(status.split(" of ")[1].split(" ")[0].replace(",", ""))
+    assert count >= 1
+    wait_for(page, """const i = spans.selected.indices.find((j) => spans.data.name[j] == arg);
+return i != null && spans.data.left[i] >= plot.x_range.start && spans.data.left[i] <= plot.x_range.end""",
+             kernel["name"])
+    wait_for(page, """const i = spans.selected.indices.find((j) => spans.data.name[j] == arg);
+const d = doc.get_model_by_name('timeline details').data;  // the details pane describes the match
+return i != null && d.value[d.field.indexOf('row')] == spans.data.row[i].toLocaleString('en-US');""",
+             kernel["name"])
+    page.screenshot(path=str(IMAGES / "timeline-search.png"))
+
+    # W zooms in while the pointer is over the plot (and no text field has the keyboard: typing is not zooming)
+    search.blur()
+    before = evaluate(page, "return plot.x_range.end - plot.x_range.start")
+    x, y = screen_point(page, evaluate(page, "return (plot.x_range.start + plot.x_range.end) / 2"), kernel["y"])
+    page.mouse.move(x, y)
+    page.keyboard.press("w")
+    wait_for(page, "return plot.x_range.end - plot.x_range.start < arg * 0.9", before)
+
+    # a redraw at another width keeps the zoom
+    kept = evaluate(page, "return [plot.x_range.start, plot.x_range.end]")
+    old_id = evaluate(page, "return plot.id")
+    page.set_viewport_size({"width": 1200, "height": 950})
+    wait_for(page, "return plot.id != arg", old_id, timeout=120_000)
+    page.wait_for_timeout(500)
+    now = evaluate(page, "return [plot.x_range.start, plot.x_range.end]")
+    assert now == pytest.approx(kept, rel=1e-9, abs=1)
+    page.set_viewport_size({"width": 1500, "height": 950})
+    assert page.seen.errors == []
+    assert page.seen.dialogs == []

@@ -1,0 +1,83 @@
+"""The timeline data routes through a real Jupyter server: auth, parameters, runs outside the root, and the
+replies being the notebook functions' dicts."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from spans_data import gpu_steps, write_run
+
+from workbench.analysis import spans
+
+pytest.importorskip("jupyter_server", reason="jupyter_server is not installed (pip install -e .[lab])")
+pytest.importorskip("pytest_jupyter", reason="pytest-jupyter is not installed (pip install -e .[test])")
+
+from pytest_jupyter.jupyter_server import *  # noqa: F403
+from server_api import Api, server_config
+
+ROUTES = ["runs/r/spans?start_ns=0&end_ns=100&width_px=10", "runs/r/search?q=mm",
+          "runs/r/aggregate?start_ns=0&end_ns=9", "runs/r/events/0"]
+
+
+@pytest.fixture
+def jp_server_config(monkeypatch):
+    monkeypatch.delenv("WORKBENCH_TRACES", raising=False)  # the traces root is <root_dir>/traces
+    return server_config()
+
+
+@pytest.fixture
+def api(jp_serverapp, http_server_client, jp_base_url, jp_auth_header, jp_asyncio_loop) -> Api:
+    return Api(http_server_client, jp_base_url, jp_auth_header, jp_asyncio_loop)
+
+
+@pytest.fixture
+def run(jp_root_dir):
+    """Run `r` in the server's traces root: 2 steps of 50 ops."""
+    return write_run(jp_root_dir / "traces", "r", gpu_steps(steps=2, ops_per_step=50))
+
+
+@pytest.mark.parametrize("path", ROUTES)
+def test_routes_refuse_requests_without_a_token(api, run, path):
+    code, reply = api.call("GET", path, token=False)
+    assert code == 403 and reply["message"]
+
+
+def test_replies_are_the_notebook_functions_dicts(api, run):
+    spans.RUNS.clear()
+    window = api.ok("GET", "runs/r/spans?start_ns=-50&end_ns=400000&width_px=300&max_spans=150")
+    assert window == json.loads(json.dumps(spans.window(run, -50, 400_000, 300, max_spans=150)))
+    assert {lane["mode"] for lane in window["lanes"]} == {"spans", "density"}
+    found = api.ok("GET", "runs/r/search?q=%5Eaten%3A%3Amm%24&regex=1&limit=3")
+    assert found == spans.search(run, "^aten::mm$", regex=True, limit=3) and found["count"] == 34
+    totals = api.ok("GET", "runs/r/aggregate?start_ns=0&end_ns=100000&limit=5")
+    assert totals == spans.aggregate(run, 0, 100_000, limit=5)
+    row = window["lanes"][-1]["spans"]["row"][0] if window["lanes"][-1]["spans"] else 0
+    assert api.ok("GET", f"runs/r/events/{row}")["row"] == row
+
+
+BAD = [("spans?end_ns=10&width_px=5", "start_ns: missing"), ("spans?start_ns=10&end_ns=10&width_px=5", "greater than"),
+       ("spans?start_ns=0&end_ns=10&width_px=0", "width_px"), ("spans?start_ns=0&end_ns=10&width_px=abc", "width_px"),
+       ("spans?start_ns=0x10&end_ns=99&width_px=5", "start_ns"), ("spans?start_ns=0&end_ns=9&width_px=5&max_spans=0",
+                                                                 "max_spans"),
+       ("search?q=", "q:"), ("search?q=a&regex=2", "regex"), ("search?q=(&regex=1", "regular expression"),
+       ("search?q=a&limit=-1", "limit"), ("aggregate?start_ns=5&end_ns=1", "greater than"), ("events/abc", "row")]
+
+
+@pytest.mark.parametrize(("query", "words"), BAD, ids=[q for q, _ in BAD])
+def test_bad_parameters_are_400_naming_them(api, run, query, words):
+    code, reply = api.call("GET", f"runs/r/{query}")
+    assert code == 400 and words in reply["message"], reply
+
+
+def test_runs_outside_the_root_are_not_reached(api, run, jp_root_dir, tmp_path):
+    outside = write_run(tmp_path / "elsewhere", "outside", gpu_steps(steps=1, ops_per_step=3))
+    code, reply = api.call("GET", "runs/outside/spans?start_ns=0&end_ns=9&width_px=5")
+    assert code == 404 and "no run 'outside'" in reply["message"]
+    code, _ = api.call("GET", "runs/..%2Felsewhere%2Foutside/spans?start_ns=0&end_ns=9&width_px=5")
+    assert code in (400, 404)  # not an id (or not a route): never the run
+    os.symlink(outside, jp_root_dir / "traces" / "linked")
+    code, reply = api.call("GET", "runs/linked/search?q=mm")
+    assert code == 422 and "outside the traces root" in reply["message"]
+    assert api.call("GET", "runs/r/events/999999")[0] == 404
