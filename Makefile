@@ -8,7 +8,7 @@ TORCH  ?= torch==2.14.1 torchvision==0.29.1
 EXTRAS ?= dev
 STAMP  := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: setup demo test lint bench-ingest bench-report bench-llm clean
+.PHONY: setup demo test lint bench-ingest bench-report bench-llm bench-viewer bench-models bench-ranks clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -42,6 +42,18 @@ bench-report: setup
 ## LLM performance model against measured tiny-gpt prefill and decode on this CPU (prediction error per metric).
 bench-llm: setup
 	$(PY) benchmarks/llm_model.py
+
+## Timeline viewer: first view, window latency and server memory on 1M and 10M-event bundles, against the static report.
+bench-viewer: setup
+	$(PY) benchmarks/viewer.py
+
+## Model sources: load time per source, then eager vs compile vs ort on each model, interleaved.
+bench-models: setup
+	$(PY) benchmarks/models.py
+
+## Multi-rank ingest: process pool vs local Ray cluster vs one process; driver memory as ranks grow.
+bench-ranks: setup
+	$(PY) benchmarks/ranks.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache test-output extensions/jupyterlab-workbench/node_modules \

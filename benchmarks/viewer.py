@@ -120,8 +120,9 @@ def write_synthetic_bundle(root: Path, run_id: str, events: int, seed: int = 0) 
 
 
 def prepare_bundle(folder: Path, events: int, seed: int, no_index: bool) -> dict:
-    """The synthetic bundle `folder` of about `events` events, written unless a complete one is there (with
-    `seed` 0 the same trace); without its index file when `no_index`. Its event count and sizes."""
+    """The synthetic bundle `folder` of about `events` events, written with `seed` unless one is there already
+    (a bundle is complete once it exists; it is then reused as it is); without its index file when
+    `no_index`, else with one. Its event count and file sizes (and the write time when written)."""
     import pyarrow.parquet as pq
 
     from workbench.analysis.span_index import INDEX_FILE, write_index

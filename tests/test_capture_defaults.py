@@ -20,6 +20,7 @@ CHATTER = [
     b"I1203 14:00:48.123456 1234 xplane_to_trace.cc:12] Converted 3 planes\n",
     b"W1203 14:00:48.123456   77 cpu_client.cc:9] cpu client created\n",
     b"2026-12-03 14:00:48.123456: I external/xla/xla/pjrt/pjrt_client.cc:12] started\n",
+    b"ERROR:2026-12-03 13:31:50 16043:16043 DeviceProperties.cpp:56] gpuGetDeviceCount failed with code 35\n",
 ]
 KEPT = [b"{\"task\": \"profile eager\", \"completed\": 1, \"total\": 7, \"done\": false}\n", b"plain output\n",
         b"F1203 14:00:48.123456 1234 fatal.cc:1] Check failed: a fatal error is never hidden\n",

@@ -90,6 +90,8 @@ def read(path: Path) -> Stored | None:
             return None
         (length,) = _LENGTH.unpack_from(mapped, len(MAGIC))
         header = json.loads(mapped[len(MAGIC) + _LENGTH.size:len(MAGIC) + _LENGTH.size + length])
+        if not isinstance(header.get("meta"), dict):
+            return None
         start = _aligned(len(MAGIC) + _LENGTH.size + length)
         arrays = {}
         for name, entry in header["arrays"].items():
@@ -102,7 +104,7 @@ def read(path: Path) -> Stored | None:
         for name in header["strings"]:
             arrays[name] = _strings(arrays.pop(f"{name}.data"), arrays.pop(f"{name}.ends"))
         return Stored(arrays, header["meta"])
-    except (struct.error, ValueError, KeyError, TypeError):  # json's and numpy's errors are ValueErrors
+    except (struct.error, ValueError, KeyError, TypeError, AttributeError):  # json's errors are ValueErrors
         return None
 
 

@@ -17,7 +17,7 @@ import sys
 import threading
 
 CHATTER = re.compile(
-    rb"(?:USDT|STAGE|INFO|WARNING):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+:\d+\] "  # Kineto
+    rb"(?:USDT|STAGE|INFO|WARNING|ERROR):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+:\d+\] "  # Kineto
     rb"|[IWE]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] "  # glog / absl (XLA, jaxlib)
     rb"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] \S+:\d+\] "  # TensorFlow's own logger
 )
