@@ -22,8 +22,10 @@ from workbench.distributed.calls import Calls, Failure, run_call
 from workbench.errors import WorkbenchError
 
 
-def _task(fn: Callable[..., Any], args: tuple[Any, ...], keep: bool) -> Any:
-    """The body of every Ray task (the object refs among `args` arrive resolved)."""
+def _task(fn: Callable[..., Any], keep: bool, *args: Any) -> Any:
+    """The body of every Ray task. The call's arguments come as separate task arguments because Ray resolves
+    object refs only there (a ref inside a tuple would arrive as a ref), so a trace kept in the object store by
+    an earlier task arrives as the trace."""
     return run_call(fn, args, keep)
 
 
@@ -72,7 +74,7 @@ class RayEngine:
         if self._remote is None:
             raise WorkbenchError("the Ray engine is used outside its `with` block")
         task = self._remote.options(num_returns=2) if keep else self._remote
-        submitted = [task.remote(fn, args, keep) for args in calls]
+        submitted = [task.remote(fn, keep, *args) for args in calls]
         heads = [refs[0] for refs in submitted] if keep else submitted
         pending = list(heads)
         try:
