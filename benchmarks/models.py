@@ -57,7 +57,8 @@ def measure(ref: str, overrides: dict[str, Any], variants: tuple[str, ...], iter
     load_model(ref, **overrides)
     load_s = time.perf_counter() - start
     onnx = ref.startswith("onnx:")
-    wanted = tuple(v for v in variants if v.startswith("ort")) if onnx else variants
+    # an ONNX file runs only on onnxruntime; its reference is ORT without graph optimizations
+    wanted = ("ort-noopt", *(v for v in variants if v.startswith("ort") and v != "ort-noopt")) if onnx else variants
     settings = ExperimentSettings(model=ref, variants=wanted, batch=BATCH.get(ref, 1), profile=False,
                                   warmup=2, iterations=iterations, threads=1, model_overrides=overrides)
     start = time.perf_counter()
