@@ -80,3 +80,14 @@ def test_without_steps_the_busiest_slices_are_embedded(tmp_path):
     assert not plan.complete and plan.windows
     assert all(label.startswith("slice ") for _, _, label in plan.windows)
     assert plan.spans == sum(len(overlapping(run, s, e)) for s, e, _ in plan.windows) <= 1_000
+
+
+def test_a_trace_without_spans_reports_its_dashboard(tmp_path):
+    """A bundle with an events table of no rows (an import of counters only) has nothing to embed."""
+    root = tmp_path / "traces"
+    write_run(root, "empty", [])
+    bundle = open_bundle("empty", root)
+    plan = report_plan(bundle)
+    assert plan.complete and plan.windows == [] and plan.events == 0
+    path = write_report(report_layout([bundle]), tmp_path / "empty.html", "empty")
+    assert "empty" in path.read_text(encoding="utf-8")

@@ -143,6 +143,8 @@ def report_dashboard(bundle: Bundle, plan: ReportPlan | None = None) -> LayoutDO
     plan = report_plan(bundle) if plan is None else plan
     if not plan.complete:
         return dashboard(bundle, windows=plan.windows)
+    if not plan.windows:  # a trace without spans (only counters or memory rows): nothing to embed
+        return dashboard(bundle)
     layout = dashboard(bundle)
     embed_packed(layout, packed_trace(bundle, plan), plan)
     return layout
