@@ -13,6 +13,7 @@ task not yet finished.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from types import TracebackType
@@ -20,6 +21,9 @@ from typing import Any
 
 from workbench.distributed.calls import Calls, Failure, run_call
 from workbench.errors import WorkbenchError
+
+CANCEL_WAIT_S = 30.0
+"""Seconds to wait for cancelled tasks to stop before an interrupt goes on."""
 
 
 def _task(fn: Callable[..., Any], keep: bool, *args: Any) -> Any:
@@ -86,6 +90,9 @@ class RayEngine:
         except BaseException:
             for ref in pending:
                 ray.cancel(ref, force=True)
+            # wait until the cancelled tasks have stopped, so none writes after the caller cleans up
+            with contextlib.suppress(Exception):
+                ray.wait(pending, num_returns=len(pending), timeout=CANCEL_WAIT_S)
             raise
         summaries = [_get(ref) for ref in heads]
         if not keep:
