@@ -57,8 +57,9 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def check_request(model: TinyGPT, prompt: torch.Tensor, new_tokens: int) -> tuple[int, int]:
-    """(batch, prompt length) of a valid request, else WorkbenchError saying what is wrong."""
+def check_prompt(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int) -> tuple[int, int]:
+    """(batch, prompt length) of a request whose prompt and token count are valid for any model (an int64
+    [batch, length] tensor on the model's device, new tokens >= 1), else WorkbenchError saying what is wrong."""
     if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.dtype != torch.int64:
         raise WorkbenchError("generate: the prompt must be an int64 tensor [batch, prompt length] of token ids")
     batch, length = prompt.shape
@@ -68,6 +69,12 @@ def check_request(model: TinyGPT, prompt: torch.Tensor, new_tokens: int) -> tupl
         raise WorkbenchError(f"generate: new tokens must be an integer >= 1, got {new_tokens!r}")
     if prompt.device != model_device(model):
         raise WorkbenchError(f"generate: the prompt is on {prompt.device}, the model on {model_device(model)}")
+    return batch, length
+
+
+def check_request(model: TinyGPT, prompt: torch.Tensor, new_tokens: int) -> tuple[int, int]:
+    """(batch, prompt length) of a valid request, else WorkbenchError saying what is wrong."""
+    batch, length = check_prompt(model, prompt, new_tokens)
     if length + new_tokens - 1 > model.max_seq:
         raise WorkbenchError(f"generate: prompt {length} + new {new_tokens} - 1 positions exceed the model's "
                              f"max_seq {model.max_seq}")

@@ -33,7 +33,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from workbench.backends.devices import synchronize
 from workbench.errors import WorkbenchError
-from workbench.llm.generate import PREFILL, Generation, decode_label
+from workbench.llm.generate import PREFILL, Generation, check_prompt, decode_label, model_device
 from workbench.llm.hf_cache import CROPPABLE, make_cache, measured_cache_bytes
 from workbench.llm.metrics import StepTimes
 from workbench.llm.speculative import DRAFT, VERIFY, SpeculativeGeneration
@@ -90,25 +90,13 @@ class _StepClock(BaseStreamer):
         return StepTimes.from_boundaries(self.boundaries, self.emitted, batch)
 
 
-def _device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
 def check_hf_request(model: PreTrainedModel, prompt: torch.Tensor, new_tokens: int) -> tuple[int, int]:
     """(batch, prompt length) of a valid request, else WorkbenchError saying what is wrong."""
-    if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.dtype != torch.int64:
-        raise WorkbenchError("generate: the prompt must be an int64 tensor [batch, prompt length] of token ids")
-    batch, length = prompt.shape
-    if batch < 1 or length < 1:
-        raise WorkbenchError(f"generate: empty prompt of shape {tuple(prompt.shape)}")
-    if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 1:
-        raise WorkbenchError(f"generate: new tokens must be an integer >= 1, got {new_tokens!r}")
+    batch, length = check_prompt(model, prompt, new_tokens)
     limit = getattr(model.config.get_text_config(decoder=True), "max_position_embeddings", None)
     if limit is not None and length + new_tokens > limit:
         raise WorkbenchError(f"generate: prompt {length} + new {new_tokens} tokens exceed the model's "
                              f"max_position_embeddings {limit}")
-    if prompt.device != _device(model):
-        raise WorkbenchError(f"generate: the prompt is on {prompt.device}, the model on {_device(model)}")
     return batch, length
 
 
@@ -142,7 +130,7 @@ def hf_generate(model: PreTrainedModel, prompt: torch.Tensor, new_tokens: int, *
     clock = _StepClock(new_tokens)
     config = _greedy_config(new_tokens, return_dict_in_generate=keep_logits, output_logits=keep_logits)
     with torch.inference_mode(), _without_eos(model):
-        synchronize(_device(model))
+        synchronize(model_device(model))
         clock.start()
         try:
             out = model.generate(prompt, generation_config=config, cache=kv, streamer=clock)
@@ -244,7 +232,7 @@ def hf_assisted_generate(model: PreTrainedModel, draft: PreTrainedModel, prompt:
     config = _greedy_config(new_tokens)
     with torch.inference_mode(), _without_eos(model, draft), _assistant_settings(draft, k), \
             _counted_candidates(model, counter):
-        synchronize(_device(model))
+        synchronize(model_device(model))
         clock.start()
         try:
             out = model.generate(prompt, generation_config=config, cache=kv, streamer=clock, assistant_model=draft)
@@ -287,7 +275,7 @@ def first_layers_draft(model: PreTrainedModel, layers: int) -> PreTrainedModel:
         if isinstance(value, list | tuple) and len(value) == total:
             setattr(text, name, type(value)(value[:layers]))
     text.num_hidden_layers = layers
-    draft = type(model)(config).to(_device(model)).eval()
+    draft = type(model)(config).to(model_device(model)).eval()
     missing, _ = draft.load_state_dict(model.state_dict(), strict=False, assign=True)
     if missing:
         raise WorkbenchError(f"speculative: a {layers}-layer draft of {type(model).__name__} does not map onto "
@@ -300,7 +288,7 @@ def hf_forced_logits(model: PreTrainedModel, prompt: torch.Tensor, tokens: torch
     """Logits [B, new, vocab] (float32, CPU) of a `cache` kind's run teacher-forced on `tokens` [B, new] after
     `prompt`: the prompt in one pass, then each of tokens[:, :-1] alone, as `generate()` feeds them. Two
     cache kinds' logits then compare position by position on the same inputs."""
-    device = _device(model)
+    device = model_device(model)
     kv = make_cache(cache, model.config, prompt.shape[1] + tokens.shape[1] - 1)
     with torch.inference_mode():
         steps = [model(prompt, cache=kv, use_cache=True).logits[:, -1]]
