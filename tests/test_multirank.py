@@ -261,10 +261,24 @@ def test_cli_imports_one_bundle_per_rank_and_an_experiment(job: Path, tmp_path: 
     assert table.loc[table["straggler"], "rank"].tolist() == [SLOW_RANK]
 
 
-def test_cli_bad_file_names_it_and_writes_nothing(job: Path, tmp_path: Path) -> None:
+def test_cli_bad_rank_is_named_and_the_others_kept(job: Path, tmp_path: Path) -> None:
     (job / "rank9.pt.trace.json").write_text('{"traceEvents": [{"ph": "X", "name": ')
     root = tmp_path / "traces"
-    result = CliRunner().invoke(main, ["import", "--ranks", str(job), "--out", str(root)])
+    result = CliRunner().invoke(main, ["import", "--ranks", str(job), "--out", str(root), "--json"])
+    assert result.exit_code == 1, result.output
+    assert "rank9.pt.trace.json" in result.stderr
+    out = json.loads(result.stdout)
+    assert list(out["failed"]) == ["rank9.pt.trace.json"]
+    (experiment,) = list_experiments(root)
+    assert experiment.info["failed"] == ["rank9.pt.trace.json"]
+    assert sorted(b.run_id for b in list_bundles(root)) == sorted(out["runs"])
+    assert len(out["runs"]) == len(NAMES)
+
+
+def test_cli_strict_bad_file_names_it_and_writes_nothing(job: Path, tmp_path: Path) -> None:
+    (job / "rank9.pt.trace.json").write_text('{"traceEvents": [{"ph": "X", "name": ')
+    root = tmp_path / "traces"
+    result = CliRunner().invoke(main, ["import", "--ranks", str(job), "--strict", "--out", str(root)])
     assert result.exit_code == 2, result.output
     assert "rank9.pt.trace.json" in result.stderr
     assert not root.exists() or (list_bundles(root) == [] and list_experiments(root) == [])
@@ -286,9 +300,10 @@ def test_cli_collective_alignment_corrects_skew(tmp_path: Path) -> None:
     assert len(ends) == 1
 
 
-def test_cli_align_needs_ranks(tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["import", "x.json", "--align", "collective", "--out", str(tmp_path)])
-    assert result.exit_code == 2 and "--ranks" in result.output
+@pytest.mark.parametrize("option", [["--align", "collective"], ["--strict"]])
+def test_cli_rank_options_need_ranks(tmp_path: Path, option: list[str]) -> None:
+    result = CliRunner().invoke(main, ["import", "x.json", *option, "--out", str(tmp_path)])
+    assert result.exit_code == 2 and f"{option[0]} applies to --ranks" in result.output
 
 
 def test_cli_rejects_files_with_ranks(job: Path, tmp_path: Path) -> None:

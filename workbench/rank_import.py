@@ -7,11 +7,10 @@ bundle straight to the destination (`workbench.trace.destination`); the driver w
 last. The driver holds facts and run.json texts, never traces (with the local engine the traces come back
 to this process, as they always have on one machine).
 
-A rank that fails (its file unreadable, its worker lost): with `keep_going` it is reported by file name in
-`RankImport.failed` and in the record (`failed`, `failed_ranks`) and the others are kept; without it the
-import raises `TraceFormatError` naming the file and writes nothing. `keep_going=None` keeps going on a
-cluster, where one bad file of hundreds should not discard the rest, and stops on the local engine, as
-imports always have.
+A rank that fails (its file unreadable, its worker lost): with `keep_going` (the default, on every engine: one
+bad file of hundreds should not discard the rest) it is reported by file name in `RankImport.failed` and in
+the record (`failed`, `failed_ranks`) and the others are kept; without it the import raises
+`TraceFormatError` naming the file and writes nothing.
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ class RankImport:
 
 def import_rank_job(folder: str | os.PathLike[str] | Location, root: str | os.PathLike[str] | Location, *,
                     align: str = "clock", cluster: str = "local", workers: int | None = None,
-                    keep_going: bool | None = None, progress: Progress | None = None,
+                    keep_going: bool = True, progress: Progress | None = None,
                     engine: Engine | None = None) -> RankImport:
     """Import the folder of per-rank traces `folder` (a path or URL) into the traces root `root` (a path or URL):
     see the module docstring. `cluster` picks the engine (`engine_for`; `engine` gives one ready-made), `workers`
@@ -66,7 +65,6 @@ def import_rank_job(folder: str | os.PathLike[str] | Location, root: str | os.Pa
         engine = LocalEngine(1) if in_process and cluster == "local" else engine_for(cluster, workers)
     if engine.distributed and (source.in_process or target.in_process):
         raise WorkbenchError("memory:// lives in this process only: a cluster's workers cannot reach it")
-    keep_going = engine.distributed if keep_going is None else keep_going
     with engine:
         return _Import(source, target, sources, align, engine, keep_going, progress or NullProgress()).run()
 

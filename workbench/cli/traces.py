@@ -31,23 +31,27 @@ OP_COLUMNS = ("name", "calls", "total ms", "self ms", "device ms", "share")
                    "rank's first NCCL/RCCL collective kernel (corrects clock skew between hosts).")
 @click.option("--cluster", default="local", show_default=True, metavar="local|auto|ray://HOST:PORT",
               help="With --ranks: where the per-rank work runs: this machine's process pool, the Ray cluster "
-                   "running here, or a remote Ray cluster (needs `pip install 'workbench[ray]'`). On a cluster a "
-                   "rank that fails is reported and the others kept (exit code 1).")
+                   "running here, or a remote Ray cluster (needs `pip install 'workbench[ray]'`). A rank that fails "
+                   "is reported and the others kept (exit code 1).")
+@click.option("--strict", is_flag=True,
+              help="With --ranks: stop at the first rank that fails, naming its file, and write nothing (exit 2).")
 @click.option("--out", "out_dir", default=None, metavar="DIR|URL",
               help="Traces root (default: $WORKBENCH_TRACES or ./traces); with --ranks also an fsspec URL.")
 @json_option
-def import_(files: tuple[Path, ...], ranks_dir: str | None, align: str, cluster: str, out_dir: str | None,
-            as_json: bool) -> None:
+def import_(files: tuple[Path, ...], ranks_dir: str | None, align: str, cluster: str, strict: bool,
+            out_dir: str | None, as_json: bool) -> None:
     """Make bundles from traces captured elsewhere (Kineto/Chrome JSON or .json.gz, XSpace .xplane.pb or a
     plugins/profile folder, Nsight Systems SQLite); prints the run ids."""
     from workbench.imports import import_traces
     from workbench.storage import is_url
 
     if ranks_dir is not None:
-        _import_ranks(files, ranks_dir, align, cluster, out_dir, as_json)
+        _import_ranks(files, ranks_dir, align, cluster, strict, out_dir, as_json)
         return
-    if align != "clock" or cluster != "local":
-        raise click.UsageError(f"{'--align' if align != 'clock' else '--cluster'} applies to --ranks FOLDER")
+    misplaced = [name for name, given in (("--align", align != "clock"), ("--cluster", cluster != "local"),
+                                          ("--strict", strict)) if given]
+    if misplaced:
+        raise click.UsageError(f"{misplaced[0]} applies to --ranks FOLDER")
     if out_dir is not None and is_url(out_dir):
         raise click.UsageError("a URL as traces root applies to --ranks FOLDER; give a folder")
     if not files:
@@ -64,10 +68,10 @@ def import_(files: tuple[Path, ...], ranks_dir: str | None, align: str, cluster:
             click.echo(run_id)
 
 
-def _import_ranks(files: tuple[Path, ...], folder: str, align: str, cluster: str, out_dir: str | None,
+def _import_ranks(files: tuple[Path, ...], folder: str, align: str, cluster: str, strict: bool, out_dir: str | None,
                   as_json: bool) -> None:
     """`import --ranks FOLDER`: print the experiment id and the run id of each rank; the files that failed on
-    stderr, with exit code 1 (`EXIT_PARTIAL`)."""
+    stderr, with exit code 1 (`EXIT_PARTIAL`); with `strict`, the first failure is the error (exit code 2)."""
     from workbench.rank_import import import_rank_job
     from workbench.storage import is_url
 
@@ -76,15 +80,16 @@ def _import_ranks(files: tuple[Path, ...], folder: str, align: str, cluster: str
     with errors():
         root = out_dir if out_dir is not None and is_url(out_dir) else checked_root(out_dir, writing=True)
     with errors(), progress(as_json, False) as bars:
-        imported = import_rank_job(folder, root, align=align, cluster=cluster, progress=bars)
+        imported = import_rank_job(folder, root, align=align, cluster=cluster, keep_going=not strict,
+                                   progress=bars)
     if as_json:
         print_json({"experiment": imported.experiment_id, "runs": imported.run_ids, "failed": imported.failed})
     else:
         click.echo(f"experiment {imported.experiment_id}")
         for run_id in imported.run_ids:
             click.echo(run_id)
-        for name, message in imported.failed.items():
-            err.print(labelled("failed:", "red", f"{name}: {message}"))
+    for name, message in imported.failed.items():
+        err.print(labelled("failed:", "red", f"{name}: {message}"))
     if imported.failed:
         sys.exit(EXIT_PARTIAL)
 
