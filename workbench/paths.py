@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
+from workbench.storage import is_url
 
 TRACES_ENV = "WORKBENCH_TRACES"
 """Environment variable that sets the traces root when no `--out` is given."""
@@ -22,14 +23,33 @@ def checked_root(out: str | Path | None = None, *, writing: bool) -> Path:
     """`traces_root(out)`, checked before any work: a folder, or (`writing`) a place where one can be
     created and written in. Raises WorkbenchError naming the root and where it was set otherwise (a
     `$WORKBENCH_TRACES` pointing at a file, `--out` under a file, a read-only folder, a name too long)."""
-    root = traces_root(out)
     origin = "--out" if out is not None else f"${TRACES_ENV}" if os.environ.get(TRACES_ENV) else "the default"
+    chosen = out if out is not None else os.environ.get(TRACES_ENV)
+    if chosen is not None and is_url(str(chosen)):
+        return _url_root(str(chosen), origin, writing=writing)
+    root = traces_root(out)
     where = f"traces root {root} (from {origin})"
     if writing:
         _check_writable(root, where)
     else:
         _check_folder(root, where)
     return root
+
+
+def _url_root(url: str, origin: str, *, writing: bool) -> Path:
+    """The folder to use for the URL traces root `url`: the local folder of a `file://` URL, else (reading) its
+    local mirror (`workbench.trace.mirror`); writing goes only through `workbench import --ranks`."""
+    from workbench.storage import location
+
+    where = location(url)
+    if where.is_local:
+        return checked_root(where.local_path, writing=writing)
+    if writing:
+        raise WorkbenchError(f"traces root {url} (from {origin}) is a URL: only `workbench import --ranks` writes "
+                             "to one; give a folder here (and import its runs, or copy the bundles, afterwards)")
+    from workbench.trace.mirror import mirror_root
+
+    return mirror_root(where)
 
 
 def checked_output(path: str | Path) -> Path:

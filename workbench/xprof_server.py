@@ -132,7 +132,7 @@ def start_xprof(logdir: str | os.PathLike[str], port: int = 0, *, host: str = LO
 def serve_bundle(bundle: Bundle, port: int = 0, *, host: str = LOOPBACK, timeout_s: float = 120.0) -> XProfServer:
     """Start XProf on the XSpace captures in a bundle's raw/, through a temporary logdir of links
     (XProf writes caches beside what it serves). A bundle without an XSpace raises BundleError."""
-    raw = bundle.path / RAW_DIR
+    raw = bundle.local_files() / RAW_DIR
     runs = xspace_runs(raw, root_name=bundle.run_id)
     if not runs:
         raise BundleError(f"run {bundle.run_id!r} has no XSpace ({SUFFIX}) in {raw}: it was not captured with "

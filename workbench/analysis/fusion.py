@@ -180,7 +180,7 @@ def fusion_inputs(bundle: Bundle) -> FusionInputs:
     ONNX Runtime run its graph record (`compile/ort_graph.json`)."""
     record = bundle.record
     framework = record.variant_backend if record.variant_backend in FRAMEWORKS else "torch"
-    compile_dir = bundle.path / "compile"
+    compile_dir = bundle.local_files() / "compile"
     xla = record.notes.get("xla") or {}
     engine_json = node_ops = None
     if framework == "tensorrt":

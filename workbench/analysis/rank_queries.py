@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 
 import pyarrow.parquet as pq
 
 from workbench.analysis.ranks import RankAggregates, RankPartial, combine, rank_partial
 from workbench.distributed import Engine, Failure, LocalEngine
-from workbench.errors import BundleError
+from workbench.errors import BundleError, WorkbenchError
 from workbench.storage import Location, location
-from workbench.trace.bundle import EXPERIMENTS_DIR, RUN_JSON, TABLES, open_bundle
+from workbench.trace.bundle import EXPERIMENTS_DIR, RUN_JSON, TABLES, Bundle, open_bundle
+from workbench.trace.mirror import remote_root
 from workbench.trace.model import Trace
 from workbench.trace.records import ExperimentRecord
 
@@ -58,10 +60,28 @@ def job_aggregates(root: str | os.PathLike[str] | Location, experiment_id: str, 
     if not ranks:
         raise BundleError(f"experiment {experiment_id!r} is no import of a job's ranks (its record has no ranks)")
     calls = [(root, entry["run"], int(entry["rank"])) for entry in ranks]
-    engine = engine or LocalEngine(1 if root.in_process else None)
+    return _aggregates(calls, engine or LocalEngine(1 if root.in_process else None), threshold, mad_k)
+
+
+def bundles_aggregates(bundles: Sequence[Bundle], *, engine: Engine | None = None, threshold: float = 0.10,
+                       mad_k: float = 2.0) -> RankAggregates:
+    """The `RankAggregates` of the bundles of a job's ranks (each with its rank), one task per rank on `engine`
+    (this process by default: the report and the panel call it), reading each bundle where it lies: its traces
+    root, or the URL root a mirrored bundle comes from (`workbench.trace.mirror`), so no table is copied here."""
+    calls = [(remote_root(bundle.path.parent) or location(bundle.path.parent), bundle.run_id, int(bundle.record.rank))
+             for bundle in bundles]
+    return _aggregates(calls, engine or LocalEngine(1), threshold, mad_k)
+
+
+def _aggregates(calls: list[tuple[Location, str, int]], engine: Engine, threshold: float,
+                mad_k: float) -> RankAggregates:
+    """`bundle_partial` of every call on `engine`, combined; the first rank that failed raises `BundleError`."""
+    if engine.distributed and any(root.in_process for root, _, _ in calls):
+        raise WorkbenchError("memory:// lives in this process only: a cluster's workers cannot reach it")
     with engine:
         partials = engine.map(bundle_partial, calls)
     for (_, run_id, rank), partial in zip(calls, partials, strict=True):
         if isinstance(partial, Failure):
-            raise BundleError(f"run {run_id!r} (rank {rank}): {partial.message}")
+            named = partial.message if run_id in partial.message else f"run {run_id!r}: {partial.message}"
+            raise BundleError(f"rank {rank}: {named}")
     return combine(partials, threshold, mad_k)

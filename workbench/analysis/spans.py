@@ -47,7 +47,7 @@ def open_run(run: RunRef) -> tuple[str, SpanIndex]:
     """The run id and open index of `run`: a Bundle, the path of a bundle folder, or an index itself."""
     if isinstance(run, SpanIndex):
         return run.path.parent.name, run
-    folder = run.path if isinstance(run, Bundle) else Path(run)
+    folder = run.local_files() if isinstance(run, Bundle) else Path(run)
     events = folder / "events.parquet"
     if not events.is_file():
         raise BundleError(f"run {folder.name!r} has no trace: {events} does not exist")

@@ -21,6 +21,7 @@ with QuietWhileLoading():  # Ctrl-C while the command line loads exits 130 quiet
     from workbench.cli.child import profile_variant_child
     from workbench.cli.llm import generate, llm_model
     from workbench.cli.query import query
+    from workbench.cli.ranks import ranks
     from workbench.cli.render import CommandGroup
     from workbench.cli.traces import import_, ls, report, rm, show
     from workbench.cli.xprof import xprof
@@ -30,8 +31,8 @@ __all__ = ["EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "EXIT_PARTIAL", "main"]
 """The command group, and the exit codes it ends with (defined in `workbench.errors`)."""
 
 COMMANDS = (capture, profile_variant_child, import_, ls, show, report, rm, xprof, analyze, cost, generate, llm_model,
-            query)
-"""Every command, by module: capture, the child, the traces commands, xprof, analysis, llm, query."""
+            query, ranks)
+"""Every command, by module: capture, the child, the traces commands, xprof, analysis, llm, query, ranks."""
 
 
 @click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -4,7 +4,6 @@ inference costs, measured and projected onto other devices)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import click
@@ -30,7 +29,7 @@ COST_COLUMNS = ("variant", "basis", "device", "ms/call", "items/s", "$/h", "$/M 
 @click.option("--top", default=15, show_default=True, type=click.IntRange(min=1), help="Roofline rows printed.")
 @out_option
 @json_option
-def analyze(run: str, device: str | None, top: int, out_dir: Path | None, as_json: bool) -> None:
+def analyze(run: str, device: str | None, top: int, out_dir: str | None, as_json: bool) -> None:
     """Where the time goes and what bounds it: ranked findings with evidence and next steps, device
     idle time, and the roofline of ops and kernels (the steady state of a capture)."""
     from workbench.analysis.bottlenecks import analyze_run
@@ -80,7 +79,7 @@ def _print_analysis(result: dict[str, Any], top: int) -> None:
               help="USD per hour of the runs' own device (default: the hardware table's; none for a CPU).")
 @out_option
 @json_option
-def cost(runs: tuple[str, ...], devices: tuple[str, ...], price: float | None, out_dir: Path | None,
+def cost(runs: tuple[str, ...], devices: tuple[str, ...], price: float | None, out_dir: str | None,
          as_json: bool) -> None:
     """What inference costs: USD per million calls, items and tokens, measured on each run's device and
     projected onto others from the roofline (projections are optimistic: perfect kernels, no overhead)."""

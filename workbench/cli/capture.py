@@ -66,7 +66,7 @@ CAPTURE_COLUMNS = ("variant", "status", "p50 ms", "p99 ms", "speedup", "first ca
 def capture(model: str, variants: str, batch: int | tuple[int, ...], seq: int | tuple[int, ...] | None, device: str,
             iterations: int, warmup: int, threads: int | None, profile: bool, steady_state_only: bool,
             profile_steps: int, with_stack: bool, overrides: tuple[str, ...], report_path: Path | None,
-            out_dir: Path | None, as_json: bool, progress_json: bool, profiler: str, kernel_name: str | None,
+            out_dir: str | None, as_json: bool, progress_json: bool, profiler: str, kernel_name: str | None,
             launch_count: int, profile_shapes: str, shapes: tuple[str, ...] = ()) -> None:
     """Benchmark and profile a model in several variants: one bundle per variant (per variant and shape for a
     sweep) plus an experiment."""

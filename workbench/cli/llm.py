@@ -60,7 +60,7 @@ def generate(model: str, attention: tuple[str, ...] | None, kv: tuple[str, ...],
              prompt: tuple[int, ...],
              new: tuple[int, ...], batch: tuple[int, ...], speculative: int, draft_layers: int, device: str,
              repeats: int, warmup: int, threads: int | None, profile: bool, with_stack: bool,
-             overrides: tuple[str, ...], report_path: Path | None, out_dir: Path | None, as_json: bool,
+             overrides: tuple[str, ...], report_path: Path | None, out_dir: str | None, as_json: bool,
              progress_json: bool) -> None:
     """Generate with a KV cache (prefill, then decode steps) and measure TTFT, TPOT, tokens/s and KV-cache
     bytes: one bundle per point of the sweep (attention × kv × batch × prompt × new) plus an experiment."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
@@ -14,8 +13,9 @@ import click
 from workbench.errors import WorkbenchError
 
 out_option = click.option(
-    "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-    help="Traces root (default: $WORKBENCH_TRACES or ./traces).",
+    "--out", "out_dir", default=None, metavar="DIR|URL",
+    help="Traces root (default: $WORKBENCH_TRACES or ./traces); an fsspec URL (s3://...) is read through a local "
+         "mirror (`import --ranks` also writes to one).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 

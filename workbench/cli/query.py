@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from workbench.analysis.sql import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, MAX_LIMIT
@@ -25,7 +23,7 @@ MAX_CELL = 60
               type=click.FloatRange(min=0, min_open=True), help="Seconds before the query is stopped.")
 @out_option
 @json_option
-def query(runs: tuple[str, ...], sql: str, all_runs: bool, limit: int, timeout_s: float, out_dir: Path | None,
+def query(runs: tuple[str, ...], sql: str, all_runs: bool, limit: int, timeout_s: float, out_dir: str | None,
           as_json: bool) -> None:
     """Run one SQL SELECT over runs (ids as `workbench ls` shows them, bundle paths or experiment ids): tables
     events, memory, counters, kernel_metrics (where present) and runs, each with a `run` column (docs/sql.md)."""

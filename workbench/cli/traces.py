@@ -107,7 +107,7 @@ def _print_warnings(run_ids: list[str], root: Path) -> None:
 @click.command(name="ls")
 @out_option
 @json_option
-def ls(out_dir: Path | None, as_json: bool) -> None:
+def ls(out_dir: str | None, as_json: bool) -> None:
     """List the runs under the traces root, oldest first."""
     from workbench.analysis.summary import run_row
     from workbench.trace.bundle import list_bundles
@@ -132,7 +132,7 @@ def ls(out_dir: Path | None, as_json: bool) -> None:
 @click.option("--top", default=10, show_default=True, type=click.IntRange(min=1), help="Rows in the op tables.")
 @out_option
 @json_option
-def show(run: str, top: int, out_dir: Path | None, as_json: bool) -> None:
+def show(run: str, top: int, out_dir: str | None, as_json: bool) -> None:
     """Summary of one run (id under the traces root, or a bundle's path)."""
     from workbench.analysis.summary import run_summary
     from workbench.trace.bundle import open_bundle
@@ -198,7 +198,7 @@ def _print_summary(s: dict[str, Any]) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="HTML file to write (default: report-<first ref>.html in the traces root).")
 @out_option
-def report(refs: tuple[str, ...], output: Path | None, out_dir: Path | None) -> None:
+def report(refs: tuple[str, ...], output: Path | None, out_dir: str | None) -> None:
     """Write a self-contained HTML report of runs or experiments (opens offline, no workbench needed)."""
     from workbench.report import report_layout, write_report
     from workbench.trace.resolve import resolve_runs
@@ -215,7 +215,7 @@ def report(refs: tuple[str, ...], output: Path | None, out_dir: Path | None) -> 
 @click.command()
 @click.argument("runs", nargs=-1, required=True)
 @out_option
-def rm(runs: tuple[str, ...], out_dir: Path | None) -> None:
+def rm(runs: tuple[str, ...], out_dir: str | None) -> None:
     """Delete runs (ids under the traces root, or bundle paths)."""
     from workbench.trace.bundle import delete_bundle
     from workbench.trace.staging import sweep

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import click
 
@@ -21,7 +20,7 @@ from workbench.paths import checked_root
 @click.option("--no-browser", is_flag=True,
               help="Print the URL without opening a browser (none opens where there is no display).")
 @out_option
-def xprof(run: str, port: int, no_browser: bool, out_dir: Path | None) -> None:
+def xprof(run: str, port: int, no_browser: bool, out_dir: str | None) -> None:
     """Serve XProf's own UI on a JAX run (id or bundle path), on 127.0.0.1, until Ctrl-C."""
     import webbrowser
 

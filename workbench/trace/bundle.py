@@ -182,7 +182,22 @@ class Bundle:
     @property
     def has_trace(self) -> bool:
         """Whether the run has trace tables (a run without profiling or a failed one may not)."""
-        return (self.path / f"{TABLES[0]}.parquet").is_file()
+        return self._has(f"{TABLES[0]}.parquet")
+
+    def local_files(self) -> Path:
+        """The bundle's folder with all its files on this disk: a bundle of a URL traces root, mirrored
+        (`workbench.trace.mirror`), copies its files down on first use."""
+        from workbench.trace.mirror import download_bundle
+
+        download_bundle(self.path)
+        return self.path
+
+    def _has(self, relative: str) -> bool:
+        """Whether the bundle has the file `relative`, here or (mirrored) at its URL."""
+        from workbench.trace.mirror import remote_bundle
+
+        remote = remote_bundle(self.path)
+        return relative in remote["files"] if remote is not None else (self.path / relative).is_file()
 
     def trace(self) -> Trace:
         """The run's Trace, read memory-mapped from its parquet files on first call, then cached."""
@@ -190,6 +205,7 @@ class Bundle:
             if not self.has_trace:
                 raise BundleError(f"run {self.run_id!r} (status {self.info.get('status')!r}) has no trace: "
                                   "it ran without profiling or failed before capture")
+            self.local_files()
             try:
                 tables = {name: pq.read_table(self.path / f"{name}.parquet", memory_map=True)
                           for name in TABLES}
@@ -202,9 +218,9 @@ class Bundle:
         """One of the OPTIONAL_TABLES, read memory-mapped; None when the run has none."""
         if name not in OPTIONAL_TABLES:
             raise BundleError(f"{name!r} is not an optional bundle table ({', '.join(OPTIONAL_TABLES)})")
-        path = self.path / f"{name}.parquet"
-        if not path.is_file():
+        if not self._has(f"{name}.parquet"):
             return None
+        path = self.local_files() / f"{name}.parquet"
         try:
             return pq.read_table(path, memory_map=True)
         except (OSError, pa.ArrowException) as exc:
@@ -212,7 +228,7 @@ class Bundle:
 
     def raw_files(self) -> list[Path]:
         """The files of raw/ (recursively: some profilers write folders), sorted."""
-        return sorted(p for p in (self.path / RAW_DIR).rglob("*") if p.is_file())
+        return sorted(p for p in (self.local_files() / RAW_DIR).rglob("*") if p.is_file())
 
 
 def write_bundle(root: str | Path, run_id: str, info: RunInfo | Mapping[str, Any], trace: Trace | None = None,

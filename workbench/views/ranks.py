@@ -4,8 +4,9 @@ each step over the ranks, step time per rank, and every rank's timeline on the j
 
 Everything but the timelines is drawn from the job's `RankAggregates`, which need no events in this process
 (`workbench.analysis.rank_queries` computes them where the bundles are): `ranks_view` takes them in place of
-the traces, and then leaves the timelines out. `bundles_ranks_view` (the report and the panel) reduces the
-bundles one at a time and draws timelines only for a job of at most `MAX_TIMELINE_RANKS` ranks.
+the traces, and then leaves the timelines out. `bundles_ranks_view` (the report and the panel) draws timelines
+only for a job of at most `MAX_TIMELINE_RANKS` ranks on this disk; a larger job, or one on a URL traces root,
+is reduced rank by rank where its bundles lie.
 
 `experiments.stacked_timelines` does not fit here: it re-aligns each trace on its own first step, which
 would undo the clock alignment that makes simultaneous events of different ranks line up.
@@ -22,7 +23,7 @@ from bokeh.models import ColorBar, ColumnDataSource, Div, FactorRange, HoverTool
 from bokeh.palettes import RdBu11
 from bokeh.plotting import figure
 
-from workbench.analysis.ranks import RankAggregates, Ranks, by_rank, combine, rank_aggregates, rank_partial, rank_steps
+from workbench.analysis.ranks import RankAggregates, Ranks, by_rank, rank_aggregates, rank_steps
 from workbench.analysis.timeline import count_spans
 from workbench.trace.bundle import Bundle
 from workbench.views._table import data_table
@@ -72,18 +73,20 @@ def ranks_view(ranks: Ranks | RankAggregates, *, width: int = 1100, max_spans: i
 
 
 def bundles_ranks_view(bundles: Sequence[Bundle], *, width: int = 1100, threshold: float = 0.10):
-    """`ranks_view` of the ranks' bundles (those with a trace), each reduced in turn (`rank_partial`) so only one
-    trace at a time is read; with timelines up to `MAX_TIMELINE_RANKS` ranks."""
+    """`ranks_view` of the ranks' bundles (those with a trace): with every rank's timeline for a job of at most
+    `MAX_TIMELINE_RANKS` ranks on this disk; else from the aggregates alone, each rank reduced where its bundle
+    lies (`bundles_aggregates`: one trace at a time, none copied down from a URL root)."""
+    from workbench.analysis.rank_queries import bundles_aggregates
+    from workbench.trace.mirror import remote_bundle
+
     traced = [bundle for bundle in bundles if bundle.has_trace and bundle.record.rank is not None]
-    if len(traced) <= MAX_TIMELINE_RANKS:
+    remote = any(remote_bundle(bundle.path) is not None for bundle in traced)
+    if len(traced) <= MAX_TIMELINE_RANKS and not remote:
         return ranks_view({bundle.record.rank: bundle.trace() for bundle in traced}, width=width, threshold=threshold)
-    partials = (rank_partial(int(bundle.record.rank), _uncached_trace(bundle)) for bundle in traced)
-    return ranks_view(combine(partials, threshold), width=width, threshold=threshold)
-
-
-def _uncached_trace(bundle: Bundle):
-    """The bundle's trace, read without keeping it in the bundle (so the next rank's can replace it)."""
-    return Bundle(bundle.path, bundle.run_id, bundle.info).trace()
+    why = f"more than {MAX_TIMELINE_RANKS} ranks" if len(traced) > MAX_TIMELINE_RANKS else "ranks on a URL root"
+    note = Paragraph(text=f"No timelines for {why} (each would be read whole): open a rank's run for its timeline.",
+                     width=width)
+    return column(ranks_view(bundles_aggregates(traced, threshold=threshold), width=width, threshold=threshold), note)
 
 
 def step_heatmap(steps: pd.DataFrame, *, width: int = 1100):

@@ -1,0 +1,157 @@
+"""A traces root on an object store (`s3://`, `gs://`, `memory://`...), read through a local mirror.
+
+Every reader of the workbench (`ls`, `show`, `report`, the panel, the notebook) works on a folder of bundles.
+For a URL root, `mirror_root` keeps such a folder in the user's cache, one per URL: each published bundle's
+run.json (a prefix without run.json is no bundle yet: `workbench.trace.destination`), a `.remote.json` naming
+its URL and listing its files, and the experiment records. That is all a listing needs, so `ls` reads a few
+small objects per run. A bundle's other files (tables, raw/, compile/...) come down whole the first time one
+of them is used (`Bundle.local_files`), into a hidden folder renamed into place, so a reader never meets a
+half copy. Bundles are never changed once published: a run whose listing is unchanged is not read again; one
+that vanished from the root is removed from the mirror, and one whose listing changed (deleted and written
+again) is copied again.
+
+Analyses that can run where the bundles lie (`workbench.analysis.rank_queries`) ask `remote_root` for the
+URL and leave the tables there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections import defaultdict
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from workbench.errors import BundleError, WorkbenchError
+from workbench.storage import Location, location
+from workbench.trace.bundle import EXPERIMENTS_DIR, RUN_JSON, is_valid_run_id
+from workbench.trace.scratch import make_scratch_dir, scratch_name
+
+CACHE_ENV = "WORKBENCH_CACHE"
+"""Environment variable naming the folder of the mirrors (default: ~/.cache/workbench)."""
+REMOTE_JSON = ".remote.json"
+"""In each mirrored bundle: `{"url": the bundle's URL, "files": {relative path: size}, "complete": bool}`."""
+ROOT_JSON = ".remote-root.json"
+"""In each mirror: `{"url": the traces root's URL}`."""
+
+
+def cache_dir() -> Path:
+    """Where mirrors live: `$WORKBENCH_CACHE`, else ~/.cache/workbench (honouring $XDG_CACHE_HOME)."""
+    chosen = os.environ.get(CACHE_ENV) or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "workbench"
+    return Path(chosen).expanduser().absolute()
+
+
+def mirror_root(root: Location) -> Path:
+    """The local mirror of the URL traces root `root`, brought up to date with its listing (module docstring)."""
+    if root.is_local:
+        raise WorkbenchError(f"{root.url} is a local folder: read it in place")
+    mirror = cache_dir() / "roots" / f"{root.protocol}-{hashlib.sha256(root.url.encode()).hexdigest()[:16]}"
+    try:
+        mirror.mkdir(parents=True, exist_ok=True)
+        _write_atomic(mirror / ROOT_JSON, json.dumps({"url": root.url}))
+        listing = _listing(root)
+        _sync_records(root, mirror, listing.pop(EXPERIMENTS_DIR, {}))
+        here = {p.name for p in mirror.iterdir() if p.is_dir() and not p.name.startswith(".")} - {EXPERIMENTS_DIR}
+        for name in here - set(listing):
+            shutil.rmtree(mirror / name, ignore_errors=True)  # gone from the root
+        for run_id, files in listing.items():
+            if RUN_JSON in files and is_valid_run_id(run_id):
+                _sync_bundle(root.join(run_id), mirror / run_id, files)
+    except OSError as exc:
+        raise WorkbenchError(f"traces root {root.url}: cannot mirror it into {mirror}: {exc}") from exc
+    return mirror
+
+
+def remote_root(folder: Path) -> Location | None:
+    """The URL root `folder` mirrors, or None when it is an ordinary folder."""
+    marker = folder / ROOT_JSON
+    if not marker.is_file():
+        return None
+    return location(json.loads(marker.read_text(encoding="utf-8"))["url"])
+
+
+def remote_bundle(folder: Path) -> dict[str, Any] | None:
+    """The `.remote.json` of a mirrored bundle folder, or None for a bundle that is local."""
+    marker = folder / REMOTE_JSON
+    return json.loads(marker.read_text(encoding="utf-8")) if marker.is_file() else None
+
+
+def download_bundle(folder: Path) -> None:
+    """Copy down every file of the mirrored bundle `folder` not yet here, all at once (module docstring)."""
+    marker = remote_bundle(folder)
+    if marker is None or marker["complete"]:
+        return
+    source = location(marker["url"])
+    fs = source.fs()
+    stage = make_scratch_dir(folder.parent, "tmp", folder.name)
+    try:
+        for relative in marker["files"]:
+            if relative == RUN_JSON:
+                continue
+            target = stage / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fs.get_file(source.join(relative).path, str(target))
+        shutil.copy2(folder / RUN_JSON, stage / RUN_JSON)
+        _write_atomic(stage / REMOTE_JSON, json.dumps({**marker, "complete": True}))
+        doomed = folder.with_name(scratch_name("deleting", folder.name))
+        os.rename(folder, doomed)
+        os.rename(stage, folder)
+        shutil.rmtree(doomed, ignore_errors=True)
+    except (OSError, ValueError) as exc:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise BundleError(f"run {folder.name!r}: cannot copy it down from {source.url}: {exc}") from exc
+
+
+def _listing(root: Location) -> dict[str, dict[str, int]]:
+    """Top-level folder of `root` → {path below it: size}, for every file under `root`."""
+    fs = root.fs()
+    found = fs.find(root.path, detail=True) if fs.exists(root.path) else {}
+    base = PurePosixPath(root.path)
+    listing: dict[str, dict[str, int]] = defaultdict(dict)
+    for name, info in found.items():
+        parts = PurePosixPath(name).relative_to(base).parts
+        if len(parts) >= 2 and not any(part.startswith(".") for part in parts):
+            listing[parts[0]][str(PurePosixPath(*parts[1:]))] = int(info.get("size") or 0)
+    return dict(listing)
+
+
+def _sync_bundle(source: Location, folder: Path, files: dict[str, int]) -> None:
+    """Make `folder` the mirror of bundle `source` (its run.json and marker) unless it already is."""
+    known = remote_bundle(folder) if folder.is_dir() else None
+    if known is not None and known["files"] == files:
+        return
+    stage = make_scratch_dir(folder.parent, "tmp", folder.name)
+    try:
+        _write_atomic(stage / RUN_JSON, source.join(RUN_JSON).read_text())
+        complete = set(files) == {RUN_JSON}
+        _write_atomic(stage / REMOTE_JSON, json.dumps({"url": source.url, "files": files, "complete": complete}))
+        if folder.exists():
+            doomed = folder.with_name(scratch_name("deleting", folder.name))
+            os.rename(folder, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+        os.rename(stage, folder)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def _sync_records(root: Location, mirror: Path, files: dict[str, int]) -> None:
+    """The experiment records of `root` in the mirror's experiments folder, and only those."""
+    records = mirror / EXPERIMENTS_DIR
+    records.mkdir(exist_ok=True)
+    wanted = {name for name in files if name.endswith(".json") and "/" not in name}
+    for stale in {p.name for p in records.glob("*.json")} - wanted:
+        (records / stale).unlink(missing_ok=True)
+    for name in sorted(wanted):
+        if not (records / name).is_file():  # a record, like a bundle, never changes once written
+            _write_atomic(records / name, root.join(EXPERIMENTS_DIR, name).read_text())
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a hidden sibling renamed into place."""
+    partial = path.with_name(scratch_name("tmp", path.name))
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+
