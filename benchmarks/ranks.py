@@ -7,8 +7,9 @@ fresh subprocess so its memory is its own, into a fresh traces root:
 - one process: `LocalEngine(1)`, everything in the driver;
 - pool: `LocalEngine()`, a forked worker per usable CPU decoding (the traces come back to the driver, which
   writes the bundles: the import as it is on one machine);
-- ray: `RayEngine` on a local cluster of `--ray-cpus` CPUs started by the subprocess (its start is not timed):
-  tasks decode and write; the driver holds facts and run.json texts only.
+- ray: `RayEngine` on a local cluster of `--ray-cpus` CPUs started by the subprocess, its workers started and
+  their imports done before the clock starts (as on a running cluster): tasks decode and write; the driver
+  holds facts and run.json texts only.
 
 Ingest throughput is the job's events over the import's wall seconds; driver peak RSS is the driver's
 `ru_maxrss` (workers and Ray's processes are not the driver). Then the driver's peak RSS of Ray imports of
@@ -66,6 +67,8 @@ def child(mode: str, folder: str, root: str, cpus: int) -> None:
 
         ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
         engine = RayEngine("auto")
+        with engine:  # start the workers and their imports, as on a cluster that is already running
+            engine.map(_warm, [()] * cpus * 2)
     else:
         engine = LocalEngine(1 if mode == "one-process" else None)
     start = time.perf_counter()
@@ -74,6 +77,11 @@ def child(mode: str, folder: str, root: str, cpus: int) -> None:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"seconds": seconds, "ranks": len(imported.run_ids), "failed": len(imported.failed),
                       "driver_peak_rss": peak}))
+
+
+def _warm() -> None:
+    """A Ray worker's first task: the imports every rank task needs."""
+    import workbench.trace.rank_tasks  # noqa: F401
 
 
 def run(mode: str, folder: Path, work: Path, cpus: int) -> dict:

@@ -17,13 +17,17 @@ from workbench.trace.records import display_name
 
 def report_layout(bundles: Sequence[Bundle]) -> LayoutDOM:
     """One run: its dashboard. Several: the comparison first, then each run's dashboard in a tab. Before them,
-    in tabs of their own, the views their kind adds (`views.run_kinds`: generation runs, ranks of a job).
+    in tabs of their own, the views their kind adds (`views.run_kinds`: generation runs, ranks of a job); the ranks
+    of a large job, or of one on a URL root, get their ranks view alone.
     Each timeline embeds what `workbench.report_spans` plans: every span of a trace that fits the budget,
     else the busiest steps, listed to jump to."""
     from workbench.report_spans import report_dashboard
     from workbench.views.experiments import experiments_view
-    from workbench.views.run_kinds import with_kind_views
+    from workbench.views.ranks import aggregates_only, bundles_ranks_view
+    from workbench.views.run_kinds import is_rank_set, with_kind_views
 
+    if is_rank_set(bundles) and aggregates_only(bundles) is not None:
+        return bundles_ranks_view(bundles)  # each run's own views would read every rank whole
     if len(bundles) == 1:
         return with_kind_views(report_dashboard(bundles[0]), bundles, "runs")
     panels = [TabPanel(child=experiments_view(bundles), title="compare")]

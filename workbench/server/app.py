@@ -2,7 +2,7 @@
 
 Configuration (jupyter_server_config.py, or `--WorkbenchServerApp.max_jobs=2` on the command line):
 
-    c.WorkbenchServerApp.traces_root = "traces"   # relative to the server's root_dir
+    c.WorkbenchServerApp.traces_root = "traces"   # relative to the server's root_dir, or a URL (s3://bucket/traces)
     c.WorkbenchServerApp.max_jobs = 1             # capture jobs running at once; the others queue
     c.WorkbenchServerApp.max_queued_jobs = 8      # jobs that may wait; more are refused (429)
     c.WorkbenchServerApp.cancel_grace_s = 10.0    # after SIGINT, seconds before a cancelled job is killed
@@ -13,6 +13,9 @@ Configuration (jupyter_server_config.py, or `--WorkbenchServerApp.max_jobs=2` on
 Capture jobs run only the built-in models unless the last two allow more: a factory model runs any
 callable of its module with the request's overrides as keyword arguments, and an exported program is
 unpickled, so either is code the admin must trust (see `model_policy`).
+
+A URL traces root (`s3://`, `gs://`..., as the CLI takes them) is read through its local mirror
+(`workbench.trace.mirror`), refreshed by the panel's listings; the panel cannot write there (see `state`).
 
 BokehJS is served from the installed bokeh package under `<base_url>/workbench/static/bokeh/`
 (e.g. `js/bokeh.min.js`), behind the server's authentication, so the JavaScript always matches the
@@ -36,6 +39,8 @@ from workbench.server.manage_handlers import MAX_UPLOAD_BYTES, manage_handlers
 from workbench.server.model_policy import ModelPolicy
 from workbench.server.span_handlers import span_handlers
 from workbench.server.state import ServerState
+from workbench.storage import is_url, location
+from workbench.trace.mirror import mirror_root, remote_root
 
 
 class WorkbenchServerApp(ExtensionApp):
@@ -46,7 +51,8 @@ class WorkbenchServerApp(ExtensionApp):
     traces_root = Unicode(
         "", config=True,
         help=f"Traces root; a relative path is taken from the server's root_dir. Empty: ${TRACES_ENV} if "
-             "set, else 'traces' (the CLI's default, seen from root_dir).",
+             "set, else 'traces' (the CLI's default, seen from root_dir). A URL (s3://bucket/traces) is read "
+             "through a local mirror, and read only: the panel captures, imports and deletes in folders.",
     )
     max_jobs = Int(1, config=True, help="Capture jobs that run at once; the others wait in a queue.")
     max_queued_jobs = Int(8, config=True, help="Capture jobs that may wait in the queue; more are refused (429).")
@@ -86,9 +92,11 @@ class WorkbenchServerApp(ExtensionApp):
                                max_queued=self.max_queued_jobs)
         policy = ModelPolicy(factory_modules=tuple(self.allowed_factory_modules),
                              model_dirs=tuple(self.allowed_model_dirs), cwd=root_dir)
-        self.state = ServerState(root=root, jobs=self.jobs, cwd=root_dir, policy=policy,
+        remote = remote_root(root)
+        self.state = ServerState(root=root, jobs=self.jobs, cwd=root_dir, policy=policy, remote=remote,
                                  capture_command=lambda args: capture_command(args, self.state.root))
-        self.log.info("workbench: traces root %s; at most %d capture job(s) at a time", root, self.max_jobs)
+        shown = root if remote is None else f"{remote.url} (read only, mirrored in {root})"
+        self.log.info("workbench: traces root %s; at most %d capture job(s) at a time", shown, self.max_jobs)
         self.log.info("workbench: capture jobs may run built-in models, factories of %s, model files in %s",
                       list(policy.factory_modules) or "no module", list(policy.model_dirs) or "no folder")
 
@@ -107,9 +115,14 @@ class WorkbenchServerApp(ExtensionApp):
 
 def resolve_traces_root(configured: str, root_dir: Path) -> Path:
     """The traces root the server reads and captures into: `configured`, else `$WORKBENCH_TRACES`, else
-    `traces`, a relative one taken from `root_dir` (where the CLI takes it from the working directory)."""
-    chosen = Path(configured or os.environ.get(TRACES_ENV) or "traces").expanduser()
-    return (root_dir / chosen).absolute()
+    `traces`, a relative one taken from `root_dir` (where the CLI takes it from the working directory). A URL
+    gives its local mirror, brought up to date now (a `file://` URL its folder); WorkbenchError when it
+    cannot be read."""
+    chosen = configured or os.environ.get(TRACES_ENV) or "traces"
+    if is_url(chosen):
+        where = location(chosen)
+        return where.local_path if where.is_local else mirror_root(where)
+    return (root_dir / Path(chosen).expanduser()).absolute()
 
 
 def capture_command(args: list[str], root: Path) -> list[str]:

@@ -1,6 +1,7 @@
 """The REST API under `<base_url>/workbench/api/`: JSON in and out, errors as `{"message": ...}`.
 
-    GET    runs                 runs and experiments of the traces root (the rows of `workbench ls --json`)
+    GET    runs                 runs and experiments of the traces root (the rows of `workbench ls --json`);
+                                on a URL root, after refreshing its mirror (503 when the URL cannot be read)
     GET    runs/<id>            one run's summary (`workbench show --json`; `?top=N` rows per op table)
     GET    runs/<id>/dashboard  {"run", "item"}: Bokeh `json_item` of the run's dashboard (`?width=N` pixels),
                                 after the views its kind adds (a generation run's)
@@ -9,20 +10,22 @@
                                 after the views their kind adds (generation runs, the ranks of a job)
     GET    jobs                 every capture job, oldest first
     POST   jobs                 capture options (see `capture_request`) -> 202 and the job's status
-                                (403: a model the server's policy refuses; 429: the queue is full)
+                                (403: a model the server's policy refuses; 429: the queue is full; 409: a URL root)
     GET    jobs/<id>            a job's status: progress, log tail, exit code, the CLI's JSON result
     DELETE jobs/<id>            cancel a job; returns its final status
     GET    capture/options      the capture options a job takes (`capture_fields.capture_options`): each with its
                                 type, default, bounds and choices; the variants, profilers, devices and models
     GET    config               {"traces_root", "default_traces_root"}: the folder the API reads and captures into
+                                (a URL root shown as its URL)
     PUT    config               {"traces_root": path} changes it for this server ("" restores the configured one)
 
 Everything a request carries is untrusted: run ids must pass `is_valid_run_id` (400 otherwise) and are
 opened with `allow_paths=False`, so they resolve strictly inside the traces root (symlinks included);
 bodies must be JSON nested at most `MAX_BODY_DEPTH` deep, numbers plain ASCII digits within bounds;
-the panel's traces root is re-checked at every use (see `state`). Error messages go out with the server's
-paths redacted (see `redact`). Every verb is `@tornado.web.authenticated`; analyses and views run in a
-worker thread, off the event loop.
+the panel's traces root is re-checked at every use (see `state`). A URL traces root is read through its
+mirror and never written: capture jobs, imports and deletions there are refused (409). Error messages go
+out with the server's paths redacted (see `redact`). Every verb is `@tornado.web.authenticated`; analyses
+and views run in a worker thread, off the event loop.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from workbench.server.capture_request import capture_args
 from workbench.server.jobs import Job, QueueFull
 from workbench.server.model_policy import ModelRefused
 from workbench.server.redact import redact_paths
-from workbench.server.state import RootEscaped, RootRefused, ServerState
+from workbench.server.state import MirrorUnavailable, RootEscaped, RootReadOnly, RootRefused, ServerState
 from workbench.trace.bundle import (
     Bundle,
     delete_bundle,
@@ -150,6 +153,25 @@ class WorkbenchHandler(APIHandler):
         except RootEscaped as exc:
             raise ApiError(409, str(exc)) from exc
 
+    def writable_root(self) -> Path:
+        """The traces root for a request that writes into it; 409 when it is a URL root, which the panel reads
+        only, or when the panel's choice leads outside root_dir now."""
+        try:
+            return self.state.writable_root()
+        except (RootReadOnly, RootEscaped) as exc:
+            raise ApiError(409, str(exc)) from exc
+
+    async def listed_root(self) -> Path:
+        """The traces root for a listing: a URL root's mirror is refreshed first (at most every
+        `state.MIRROR_REFRESH_S`); 503 naming the URL when it cannot be read."""
+        root = self.traces_root()
+        if self.state.root_url is not None:
+            try:
+                await IOLoop.current().run_in_executor(None, self.state.refresh_mirror)
+            except MirrorUnavailable as exc:
+                raise ApiError(503, str(exc)) from exc
+        return root
+
     def open_run(self, run_id: str) -> Bundle:
         """The bundle `run_id` names inside the traces root: 400 for an invalid id, 404 when there is none,
         422 when the entry exists but is no readable bundle inside the root (e.g. a symlink out of it)."""
@@ -196,12 +218,14 @@ class RunsHandler(WorkbenchHandler):
     @tornado.web.authenticated
     async def get(self) -> None:
         """Runs and experiments, oldest first; unreadable entries listed under `problems`."""
-        self.reply(await self.in_thread(_listing, self.traces_root(), self.redacted))
+        root = await self.listed_root()
+        self.reply(await self.in_thread(_listing, root, self.state.shown(root), self.redacted))
 
 
-def _listing(root: Path, redacted: Callable[[str], str]) -> dict[str, Any]:
+def _listing(root: Path, shown: str, redacted: Callable[[str], str]) -> dict[str, Any]:
     """The runs as the rows of `workbench ls --json` (one function, so both surfaces agree) and the experiments;
-    the messages of `problems` pass through `redacted` (they may name where a link leads)."""
+    `root` appears as `shown` (a URL root's URL), the messages of `problems` pass through `redacted` (they may
+    name where a link leads)."""
     problems: list[dict[str, str]] = []
 
     def note(path: Path, message: str) -> None:
@@ -212,7 +236,7 @@ def _listing(root: Path, redacted: Callable[[str], str]) -> dict[str, Any]:
                     "runs": e.run_ids, "variants": e.info.get("variants"), "failed": e.info.get("failed"),
                     "created": e.info.get("created")}
                    for e in list_experiments(root, on_problem=note)]
-    return json_safe({"root": str(root), "runs": runs, "experiments": experiments, "problems": problems})
+    return json_safe({"root": shown, "runs": runs, "experiments": experiments, "problems": problems})
 
 
 class RunHandler(WorkbenchHandler):
@@ -228,13 +252,14 @@ class RunHandler(WorkbenchHandler):
     @tornado.web.authenticated
     async def delete(self, run_id: str) -> None:
         """Delete the run (`workbench rm`). An entry that is a link (to a run inside the root) loses the link
-        only: the run it leads to has its own entry and id, and stays."""
+        only: the run it leads to has its own entry and id, and stays. Refused (409) on a URL root."""
+        root = self.writable_root()
         bundle = self.open_run(run_id)
-        entry = self.state.root / run_id
+        entry = root / run_id
         if entry.is_symlink():
             await self.in_thread(_unlink, entry, run_id)
         else:
-            await self.in_thread(functools.partial(delete_bundle, run_id, self.state.root, allow_paths=False))
+            await self.in_thread(functools.partial(delete_bundle, run_id, root, allow_paths=False))
         self.reply({"deleted": bundle.run_id})
 
 
@@ -306,7 +331,7 @@ class JobsHandler(WorkbenchHandler):
     @tornado.web.authenticated
     async def post(self) -> None:
         """Start a capture job (or queue it when the job slots are taken): 202 and its status. The request is
-        checked in a worker thread (its first check imports torch)."""
+        checked in a worker thread (its first check imports torch). Refused (409) on a URL root."""
         body = self.json_body()
         try:
             args = await IOLoop.current().run_in_executor(None, capture_args, body, self.state.policy)
@@ -314,7 +339,7 @@ class JobsHandler(WorkbenchHandler):
             raise ApiError(403, str(exc)) from exc
         except WorkbenchError as exc:  # CaptureRequestError, LimitError
             raise ApiError(400, str(exc)) from exc
-        root, jobs = self.traces_root(), self.state.jobs
+        root, jobs = self.writable_root(), self.state.jobs
         try:  # the job checks the panel's root again as it starts: it may wait in the queue a long time
             job = jobs.submit(self.state.capture_command(args), request=body, cwd=self.state.cwd,
                               check=functools.partial(self.state.check_root, root))
@@ -356,7 +381,10 @@ class ConfigHandler(WorkbenchHandler):
     """The traces root of the API, which the JupyterLab panel sets from its "traces folder" setting."""
 
     def _config(self) -> dict[str, str]:
-        return {"traces_root": str(self.state.root), "default_traces_root": str(self.state.default_root)}
+        """The traces roots as clients see them (`ServerState.shown`: a URL root by its URL)."""
+        state = self.state
+        assert state.default_root is not None  # set by ServerState.__post_init__
+        return {"traces_root": state.shown(state.root), "default_traces_root": state.shown(state.default_root)}
 
     @tornado.web.authenticated
     def get(self) -> None:
@@ -366,8 +394,8 @@ class ConfigHandler(WorkbenchHandler):
     def put(self) -> None:
         """Read and capture into `traces_root` from now on: a relative path is taken from the server's root_dir,
         an empty one restores the configured root. It must lie inside the server's root_dir (symlinks
-        resolved), so the panel cannot point the API at other folders; a path that exists must be a folder,
-        a missing one is created by the first capture."""
+        resolved), so the panel cannot point the API at other folders (nor at a URL); a path that exists must be a
+        folder, a missing one is created by the first capture."""
         value = self.body_object(("traces_root",)).get("traces_root")
         if not isinstance(value, str):
             raise ApiError(400, f"traces_root: expected a path (a string, empty for the default), got {value!r}")

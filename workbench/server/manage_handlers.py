@@ -8,7 +8,10 @@
     POST   import              {"path": file under the server's root_dir} -> 202 and the `workbench import` job;
                                a path outside root_dir (links resolved) or not a file is refused (400)
     GET    traces/version      {"version"}: changes whenever runs or experiments appear in or vanish from the
-                               traces root (a stat of two folders), so the panel polls it instead of the listing
+                               traces root (a stat of two folders), so the panel polls it instead of the listing;
+                               a URL root's mirror is refreshed first, as for `GET runs` (503 when unreadable)
+
+Upload and import are refused (409) while the traces root is a URL, which the panel reads only.
 
 Import jobs are capture jobs' siblings in the job list (`GET jobs`): their `request` is `{"import": [names]}` and
 their result the run ids. An uploaded file is removed once its job ends; the hidden folder it waits in carries
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import os
 import re
 import sys
@@ -32,7 +36,7 @@ from workbench.errors import is_disk_full
 from workbench.server.handlers import ApiError, WorkbenchHandler
 from workbench.server.jobs import QueueFull
 from workbench.server.state import ServerState
-from workbench.trace.bundle import EXPERIMENTS_DIR, json_safe, list_bundles
+from workbench.trace.bundle import EXPERIMENTS_DIR, RUN_JSON, json_safe, list_bundles
 from workbench.trace.scratch import make_scratch_dir, remove_entry
 
 MAX_UPLOAD_BYTES = 2 << 30
@@ -78,7 +82,7 @@ class ImportJobs(WorkbenchHandler):
     def start_import(self, files: list[Path], names: list[str], cleanup: Path | None = None) -> None:
         """Submit the job importing `files` (shown by `names`), reply 202 with it; `cleanup` is removed when it
         ends (or now, if it cannot start)."""
-        root = self.traces_root()
+        root = self.writable_root()
         try:
             job = self.state.jobs.submit(import_command(files, root), request={"import": names}, cwd=self.state.cwd,
                                          check=functools.partial(self.state.check_root, root))
@@ -145,7 +149,7 @@ class UploadHandler(ImportJobs):
             raise ApiError(413, f"{name}: larger than this server's upload limit "
                                 f"({self.max_upload_bytes / 2**20:,.0f} MiB); import it with `workbench import`")
         self.request.connection.set_max_body_size(self.max_upload_bytes)
-        root = self.traces_root()
+        root = self.writable_root()
         try:
             root.mkdir(parents=True, exist_ok=True)
             self._folder = make_scratch_dir(root, "tmp", "upload")
@@ -224,21 +228,42 @@ class PathImportHandler(ImportJobs):
 
 class TracesVersionHandler(WorkbenchHandler):
     @tornado.web.authenticated
-    def get(self) -> None:
+    async def get(self) -> None:
         """A token that changes when runs or experiments appear or vanish (module docstring)."""
-        self.reply({"version": traces_version(self.traces_root())})
+        root = await self.listed_root()
+        url = self.state.root_url
+        self.reply({"version": traces_version(root) if url is None else mirror_version(root, url.url)})
 
 
 def traces_version(root: Path) -> str:
     """The traces root and the modification times of it and its experiments folder: bundles and records are
     renamed into (and out of) these folders as a whole, which changes their times."""
-    parts = [str(root)]
-    for folder in (root, root / EXPERIMENTS_DIR):
-        try:
-            parts.append(str(os.stat(folder).st_mtime_ns))
-        except OSError:
-            parts.append("-")
-    return ":".join(parts)
+    return ":".join([str(root), _mtime_ns(root), _mtime_ns(root / EXPERIMENTS_DIR)])
+
+
+def mirror_version(mirror: Path, url: str) -> str:
+    """`traces_version` for the mirror of the URL root `url`: a digest of its run ids with the times of their
+    run.json, and of its record names. The folders' own times will not do: each refresh rewrites the mirror's
+    marker file, and opening a run replaces its folder by the copied-down one (its run.json's time kept)."""
+    runs = [f"{run.name}@{_mtime_ns(run / RUN_JSON)}" for run in _visible(mirror) if run.name != EXPERIMENTS_DIR]
+    records = [record.name for record in _visible(mirror / EXPERIMENTS_DIR)]
+    return f"{url}:{hashlib.sha256(chr(10).join(runs + records).encode()).hexdigest()[:16]}"
+
+
+def _mtime_ns(path: Path) -> str:
+    """The modification time of `path` in ns, "-" when it cannot be read."""
+    try:
+        return str(os.stat(path).st_mtime_ns)
+    except OSError:
+        return "-"
+
+
+def _visible(folder: Path) -> list[Path]:
+    """The entries of `folder` that are not hidden, sorted; none when it cannot be read."""
+    try:
+        return sorted(entry for entry in folder.iterdir() if not entry.name.startswith("."))
+    except OSError:
+        return []
 
 
 def manage_handlers(state: ServerState, max_upload_bytes: int = MAX_UPLOAD_BYTES) -> list[tuple[str, type, dict]]:

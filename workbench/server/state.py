@@ -4,10 +4,16 @@ The panel may point the API at another traces folder (`PUT config`), inside the 
 A folder inside at that moment can lead out later (it, or a parent, replaced by a link), so the choice is
 checked again, links resolved, at every use: each request that reads it and each capture job as it starts.
 The admin's configured root is trusted as is (it may lie anywhere).
+
+The configured root may also be a URL (`s3://`, `gs://`...): the server then reads its local mirror
+(`workbench.trace.mirror`), refreshed from the URL by the listing routes at most every `MIRROR_REFRESH_S`,
+and refuses every write into it (`RootReadOnly`): runs reach a URL root through `workbench import --ranks`.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +21,11 @@ from pathlib import Path
 from workbench.errors import WorkbenchError
 from workbench.server.jobs import JobManager
 from workbench.server.model_policy import ModelPolicy
+from workbench.storage import Location, is_url
+from workbench.trace.mirror import mirror_root
+
+MIRROR_REFRESH_S = 10.0
+"""Fewest seconds between two refreshes of a URL root's mirror (the panel polls every few seconds)."""
 
 
 class RootRefused(WorkbenchError):
@@ -25,6 +36,14 @@ class RootEscaped(WorkbenchError):
     """The panel's traces folder leads outside the server's root_dir now (409): it was checked when chosen."""
 
 
+class RootReadOnly(WorkbenchError):
+    """A write (capture, import, delete) into a URL traces root, which the panel only reads (409)."""
+
+
+class MirrorUnavailable(WorkbenchError):
+    """The URL traces root could not be listed to refresh its mirror (503): the store is unreachable or refuses."""
+
+
 @dataclass
 class ServerState:
     """What the handlers share: the traces root, the job manager, and how a capture job is started.
@@ -32,7 +51,8 @@ class ServerState:
     `capture_command(args)` is the full command line of `workbench capture args` (into the current `root`);
     jobs run in `cwd`, the server's root_dir. `root` changes with `PUT config` (the JupyterLab setting);
     `default_root` is the configured one, which `PUT config` with an empty path restores. `policy` says
-    which models besides the built-in ones a job may load.
+    which models besides the built-in ones a job may load. `remote` is the URL the configured root mirrors
+    (None for a folder): while it is the root, the panel reads it only.
     """
 
     root: Path
@@ -41,10 +61,52 @@ class ServerState:
     cwd: Path | None = None
     default_root: Path | None = None
     policy: ModelPolicy = field(default_factory=ModelPolicy)
+    remote: Location | None = None
+    _refresh_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _refreshed_at: float = field(default_factory=time.monotonic, init=False, repr=False)
+    _refresh_error: str | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.default_root is None:
             self.default_root = self.root
+
+    @property
+    def root_url(self) -> Location | None:
+        """The URL the current traces root mirrors (read-only here), or None when it is a folder."""
+        return self.remote if self.root == self.default_root else None
+
+    def shown(self, root: Path) -> str:
+        """How clients see `root`: the URL for the mirror of the configured URL root, else the folder."""
+        return self.remote.url if self.remote is not None and root == self.default_root else str(root)
+
+    def refresh_mirror(self) -> None:
+        """Bring the mirror of the URL root up to date with its listing, unless that was done (or tried: its
+        failure is raised again) less than MIRROR_REFRESH_S ago, so the panel's polls do not hammer the store.
+        Blocking: call it in a worker thread. Raises MirrorUnavailable naming the URL."""
+        if self.remote is None:
+            return
+        with self._refresh_lock:  # one refresh at a time: they rename folders of the same mirror
+            if time.monotonic() - self._refreshed_at >= MIRROR_REFRESH_S:
+                self._refreshed_at = time.monotonic()
+                self._refresh_error = None
+                try:
+                    mirror_root(self.remote)
+                except WorkbenchError as exc:  # an OSError of the store, as mirror_root words it
+                    self._refresh_error = str(exc)
+                except Exception as exc:  # a store's client raises its own kinds too (botocore, google.auth...)
+                    self._refresh_error = f"traces root {self.remote.url}: {type(exc).__name__}: {exc}"
+            if self._refresh_error is not None:
+                raise MirrorUnavailable(f"{self._refresh_error} (the panel lists it again once it can be read)")
+
+    def writable_root(self) -> Path:
+        """The traces root for a capture, an import or a deletion: `checked_root`, and RootReadOnly when it is a
+        URL root's mirror (a write there would never reach the URL)."""
+        url = self.root_url
+        if url is not None:
+            raise RootReadOnly(f"the traces root is {url.url}, read-only in the panel: capture, import or delete "
+                               "runs in a folder chosen in the panel's settings, and put a job's ranks at the URL "
+                               f"with `workbench import --ranks FOLDER --out {url.url}`")
+        return self.checked_root()
 
     @property
     def base(self) -> Path:
@@ -59,6 +121,9 @@ class ServerState:
             assert self.default_root is not None  # set by __post_init__
             self.root = self.default_root
             return
+        if is_url(value.strip()):
+            raise RootRefused(f"traces_root: {value!r} is a URL; the panel may only choose folders inside the "
+                              "server's root folder (a URL root is set by c.WorkbenchServerApp.traces_root)")
         try:
             chosen = (self.base / Path(value.strip()).expanduser()).absolute()
             is_file = chosen.exists() and not chosen.is_dir()

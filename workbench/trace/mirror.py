@@ -16,11 +16,14 @@ URL and leave the tables there.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -35,6 +38,8 @@ REMOTE_JSON = ".remote.json"
 """In each mirrored bundle: `{"url": the bundle's URL, "files": {relative path: size}, "complete": bool}`."""
 ROOT_JSON = ".remote-root.json"
 """In each mirror: `{"url": the traces root's URL}`."""
+LOCK_FILE = ".lock"
+"""In each mirror: the lock its refreshes and copy-downs take."""
 
 
 def cache_dir() -> Path:
@@ -50,18 +55,37 @@ def mirror_root(root: Location) -> Path:
     mirror = cache_dir() / "roots" / f"{root.protocol}-{hashlib.sha256(root.url.encode()).hexdigest()[:16]}"
     try:
         mirror.mkdir(parents=True, exist_ok=True)
-        _write_atomic(mirror / ROOT_JSON, json.dumps({"url": root.url}))
-        listing = _listing(root)
-        _sync_records(root, mirror, listing.pop(EXPERIMENTS_DIR, {}))
-        here = {p.name for p in mirror.iterdir() if p.is_dir() and not p.name.startswith(".")} - {EXPERIMENTS_DIR}
-        for name in here - set(listing):
-            shutil.rmtree(mirror / name, ignore_errors=True)  # gone from the root
-        for run_id, files in listing.items():
-            if RUN_JSON in files and is_valid_run_id(run_id):
-                _sync_bundle(root.join(run_id), mirror / run_id, files)
+        with _locked(mirror):
+            _sync(root, mirror)
     except OSError as exc:
         raise WorkbenchError(f"traces root {root.url}: cannot mirror it into {mirror}: {exc}") from exc
     return mirror
+
+
+def _sync(root: Location, mirror: Path) -> None:
+    """Bring `mirror` up to date with the listing of `root` (the caller holds the mirror's lock)."""
+    marker = json.dumps({"url": root.url})
+    if not (mirror / ROOT_JSON).is_file() or (mirror / ROOT_JSON).read_text(encoding="utf-8") != marker:
+        _write_atomic(mirror / ROOT_JSON, marker)
+    listing = _listing(root)
+    _sync_records(root, mirror, listing.pop(EXPERIMENTS_DIR, {}))
+    here = {p.name for p in mirror.iterdir() if p.is_dir() and not p.name.startswith(".")} - {EXPERIMENTS_DIR}
+    for name in here - set(listing):
+        shutil.rmtree(mirror / name, ignore_errors=True)  # gone from the root
+    for run_id, files in listing.items():
+        if RUN_JSON in files and is_valid_run_id(run_id):
+            _sync_bundle(root.join(run_id), mirror / run_id, files)
+
+
+@contextmanager
+def _locked(mirror: Path) -> Iterator[None]:
+    """Hold the mirror's lock: a refresh and a bundle's copy-down (of any process) never interleave."""
+    with open(mirror / LOCK_FILE, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def remote_root(folder: Path) -> Location | None:
@@ -80,9 +104,16 @@ def remote_bundle(folder: Path) -> dict[str, Any] | None:
 
 def download_bundle(folder: Path) -> None:
     """Copy down every file of the mirrored bundle `folder` not yet here, all at once (module docstring)."""
-    marker = remote_bundle(folder)
-    if marker is None or marker["complete"]:
+    if remote_bundle(folder) is None:
         return
+    with _locked(folder.parent):
+        marker = remote_bundle(folder)
+        if marker is not None and not marker["complete"]:
+            _download(folder, marker)
+
+
+def _download(folder: Path, marker: dict[str, Any]) -> None:
+    """`download_bundle` of the bundle `marker` describes (the caller holds the mirror's lock)."""
     source = location(marker["url"])
     fs = source.fs()
     stage = make_scratch_dir(folder.parent, "tmp", folder.name)

@@ -77,16 +77,26 @@ def bundles_ranks_view(bundles: Sequence[Bundle], *, width: int = 1100, threshol
     `MAX_TIMELINE_RANKS` ranks on this disk; else from the aggregates alone, each rank reduced where its bundle
     lies (`bundles_aggregates`: one trace at a time, none copied down from a URL root)."""
     from workbench.analysis.rank_queries import bundles_aggregates
-    from workbench.trace.mirror import remote_bundle
 
     traced = [bundle for bundle in bundles if bundle.has_trace and bundle.record.rank is not None]
-    remote = any(remote_bundle(bundle.path) is not None for bundle in traced)
-    if len(traced) <= MAX_TIMELINE_RANKS and not remote:
+    why = aggregates_only(traced)
+    if why is None:
         return ranks_view({bundle.record.rank: bundle.trace() for bundle in traced}, width=width, threshold=threshold)
-    why = f"more than {MAX_TIMELINE_RANKS} ranks" if len(traced) > MAX_TIMELINE_RANKS else "ranks on a URL root"
     note = Paragraph(text=f"No timelines for {why} (each would be read whole): open a rank's run for its timeline.",
                      width=width)
     return column(ranks_view(bundles_aggregates(traced, threshold=threshold), width=width, threshold=threshold), note)
+
+
+def aggregates_only(bundles: Sequence[Bundle]) -> str | None:
+    """Why the ranks `bundles` are shown by their aggregates alone (more than `MAX_TIMELINE_RANKS` of them, or on
+    a URL traces root), or None when their traces may be read here."""
+    from workbench.trace.mirror import remote_bundle
+
+    if len(bundles) > MAX_TIMELINE_RANKS:
+        return f"more than {MAX_TIMELINE_RANKS} ranks"
+    if any(remote_bundle(bundle.path) is not None for bundle in bundles):
+        return "ranks on a URL root"
+    return None
 
 
 def step_heatmap(steps: pd.DataFrame, *, width: int = 1100):
