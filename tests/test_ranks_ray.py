@@ -111,3 +111,13 @@ def test_ctrl_c_cancels_and_nothing_appears(cluster, folders, tmp_path: Path) ->
     with pytest.raises(KeyboardInterrupt):
         import_rank_job(folders["synthetic"], root, engine=cluster, progress=_InterruptOnWrite())
     assert list(root.iterdir()) == []  # no bundle, no record, no staging folder
+
+
+def test_ranks_command_on_the_cluster_equals_the_local_pool(cluster, folders, tmp_path: Path) -> None:
+    root = tmp_path / "traces"
+    imported = import_rank_job(folders["synthetic"], root, engine=cluster)
+    answers = [CliRunner().invoke(main, ["ranks", imported.experiment_id, "--out", str(root), "--json",
+                                         "--cluster", where]) for where in ("auto", "local")]
+    assert [a.exit_code for a in answers] == [0, 0], [a.output for a in answers]
+    on_ray, here = (json.loads(a.stdout) for a in answers)
+    assert on_ray == here and on_ray["stragglers"] == [SLOW_RANK]
