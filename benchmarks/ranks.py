@@ -37,6 +37,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic_kineto import write_synthetic_trace
 
+from workbench.rank_import import READ_TASK, WRITE_TASK
+from workbench.runner import NullProgress
+
 MODES = ("one-process", "pool", "ray")
 _RANK = re.compile(rb'"rank": 0, "world_size": 1')
 
@@ -71,12 +74,28 @@ def child(mode: str, folder: str, root: str, cpus: int) -> None:
             engine.map(_warm, [()] * cpus * 2)
     else:
         engine = LocalEngine(1 if mode == "one-process" else None)
+    clock = PhaseClock()
     start = time.perf_counter()
-    imported = import_rank_job(folder, root, engine=engine)
+    imported = import_rank_job(folder, root, engine=engine, progress=clock)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"seconds": seconds, "ranks": len(imported.run_ids), "failed": len(imported.failed),
-                      "driver_peak_rss": peak}))
+                      "driver_peak_rss": peak, "read_s": clock.seconds[READ_TASK],
+                      "write_s": clock.seconds[WRITE_TASK]}))
+
+
+class PhaseClock(NullProgress):
+    """Seconds each step of the import (`READ_TASK`, `WRITE_TASK`) took, from its bar's start to its finish."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, float] = {}
+        self.seconds: dict[str, float] = {}
+
+    def start(self, task: str, total: int | None = None) -> None:
+        self.started[task] = time.perf_counter()
+
+    def finish(self, task: str) -> None:
+        self.seconds[task] = time.perf_counter() - self.started[task]
 
 
 def _warm() -> None:
@@ -95,15 +114,20 @@ def run(mode: str, folder: Path, work: Path, cpus: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def project(per_task_s: float, file_bytes: int, slots: int, driver_per_rank_s: float) -> tuple[float, list[str]]:
-    """Cluster seconds for 1,024 ranks x 1 GB, and the assumptions."""
+def project(read_s: float, write_s: float, file_bytes: int, slots: int,
+            driver_per_rank_s: float) -> tuple[float, list[str]]:
+    """Cluster seconds for 1,024 ranks x 1 GB, and the assumptions. `read_s`, `write_s`: one rank's task times
+    measured here (CPU seconds of a slot)."""
     ranks, size = 1024, 10**9
-    task = per_task_s * size / file_bytes
+    scale = size / file_bytes
+    task = (2 * read_s + write_s) * scale  # a 1 TB job is over the keep budget: decoded to read, again to write
     waves = -(-ranks // slots)
     total = waves * task + ranks * driver_per_rank_s
     return total, [
-        f"one task per rank; a task's time scales with its file's bytes: {per_task_s:.2f} s per "
-        f"{file_bytes / 1e6:.0f} MB measured here -> {task:.0f} s per 1 GB rank (this machine's CPU speed)",
+        f"two tasks per rank (read, then write); their time scales with the file's bytes: read {read_s:.2f} s + "
+        f"write {write_s:.2f} s per {file_bytes / 1e6:.0f} MB measured here; a job of 1 TB exceeds the memory "
+        f"kept between the steps (`keep_budget`), so each write decodes its file again: "
+        f"{task:.0f} s of a slot per 1 GB rank (this machine's CPU speed)",
         f"{slots} task slots (CPUs) in the cluster, each with memory for one 1 GB rank's trace (~10-20 GB): "
         f"{waves} waves",
         "storage (shared file system or object store) delivers every task's reads and writes at the rate "
@@ -136,12 +160,12 @@ def main() -> None:
         file_bytes = write_job(job, args.ranks, args.events)
         total_events = args.ranks * args.events
         print(f"\n{args.ranks} ranks x {args.events:,} events ({file_bytes / 1e6:.1f} MB each)")
-        print(f"{'engine':<12} {'seconds':>8} {'events/s':>12} {'driver peak MB':>15}")
+        print(f"{'engine':<12} {'seconds':>8} {'read s':>7} {'write s':>8} {'events/s':>12} {'driver peak MB':>15}")
         results = {}
         for mode in args.modes.split(","):
             result = results[mode] = run(mode, job, work, args.ray_cpus)
-            print(f"{mode:<12} {result['seconds']:>8.1f} {total_events / result['seconds']:>12,.0f} "
-                  f"{result['driver_peak_rss'] / 1e6:>15.0f}")
+            print(f"{mode:<12} {result['seconds']:>8.1f} {result['read_s']:>7.1f} {result['write_s']:>8.1f} "
+                  f"{total_events / result['seconds']:>12,.0f} {result['driver_peak_rss'] / 1e6:>15.0f}")
         shutil.rmtree(job)
         print(f"\ndriver peak RSS of Ray imports, ranks of {args.scale_events:,} events")
         peaks = {}
@@ -157,11 +181,12 @@ def main() -> None:
         print(f"growth {counts[0]} -> {counts[-1]} ranks: {growth:+.1%} (target < +10%)")
         if "ray" in results:
             ray = results["ray"]
-            per_task = ray["seconds"] * args.ray_cpus / args.ranks
+            read, write = (ray[key] * args.ray_cpus / args.ranks for key in ("read_s", "write_s"))
             small, large = peaks[counts[0]], peaks[counts[-1]]
             driver = max((large["seconds"] - small["seconds"]) / (counts[-1] - counts[0]) -
-                         per_task * args.scale_events / args.events / args.ray_cpus, 0.0) if len(counts) > 1 else 0
-            seconds, assumptions = project(per_task, file_bytes, args.slots, driver)
+                         (read + write) * args.scale_events / args.events / args.ray_cpus, 0.0) \
+                if len(counts) > 1 else 0
+            seconds, assumptions = project(read, write, file_bytes, args.slots, driver)
             print(f"\nprojected cluster import of 1,024 ranks x 1 GB: {seconds / 60:.1f} min")
             for line in assumptions:
                 print(f"  - {line}")

@@ -157,3 +157,23 @@ def test_view_from_aggregates_has_heatmap_and_no_timelines(job: Path) -> None:
     text = json.dumps(json_item(ranks_view(rank_aggregates(read_ranks(job, workers=1)), width=600)))
     assert "stragglers: rank 2" in text and "vs the step's median" in text and "slowest rank" in text
     assert "timelines of all ranks" not in text
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_a_job_over_the_memory_budget_is_decoded_twice_with_the_same_bundles(job: Path, tmp_path: Path, memory,
+                                                                              monkeypatch, where: str) -> None:
+    from workbench import rank_import
+    from workbench.trace import rank_tasks
+
+    kept = import_rank_job(job, tmp_path / "kept", workers=1)
+    reads: list[str] = []
+    real_read = rank_tasks._read
+    monkeypatch.setattr(rank_tasks, "_read", lambda source: reads.append(source.name) or real_read(source))
+    monkeypatch.setattr(rank_import, "keep_budget", lambda: 0)  # no job fits: every rank decoded again to write
+    source = str(job) if where == "local" else _upload(memory, job)
+    twice = import_rank_job(source, tmp_path / "twice", workers=1)
+    assert sorted(reads) == sorted([*NAMES.values()] * 2)  # each file read for its facts, then for its bundle
+    for kept_id, twice_id in zip(kept.run_ids, twice.run_ids, strict=True):
+        for table in TABLES:
+            assert (tmp_path / "twice" / twice_id / f"{table}.parquet").read_bytes() == \
+                (tmp_path / "kept" / kept_id / f"{table}.parquet").read_bytes(), (twice_id, table)

@@ -5,7 +5,8 @@ One path whatever the engine: workers decode the rank files and send back their 
 numbers the ranks and puts them on one time axis (`workbench.trace.multirank`); workers write each rank's
 bundle straight to the destination (`workbench.trace.destination`); the driver writes the experiment record
 last. The driver holds facts and run.json texts, never traces (with the local engine the traces come back
-to this process, as they always have on one machine).
+to this process, as they always have on one machine). A job whose files exceed `keep_budget` is decoded
+twice instead: for its facts, then by each rank's write, so memory holds a trace per worker, not the job.
 
 A rank that fails (its file unreadable, its worker lost): with `keep_going` (the default, on every engine: one
 bad file of hundreds should not discard the rest) it is reported by file name in `RankImport.failed` and in
@@ -22,6 +23,7 @@ from typing import Any
 
 from workbench.distributed import Engine, Failure, LocalEngine, engine_for
 from workbench.errors import TraceFormatError, WorkbenchError
+from workbench.machine import available_memory
 from workbench.paths import checked_root
 from workbench.runner import NullProgress, Progress
 from workbench.storage import Location, location
@@ -34,6 +36,13 @@ from workbench.trace.registry import sniff_format
 
 READ_TASK = "read ranks"
 WRITE_TASK = "write ranks"
+
+
+def keep_budget() -> int:
+    """Input bytes of a job whose decoded traces are kept between the import's two steps: a quarter of this
+    machine's free memory (a decoded Kineto trace takes about its file's size). A larger job is decoded twice,
+    once for its facts and once by the write of each rank, so that no more than a trace per worker is held."""
+    return available_memory() // 4
 
 
 @dataclass(frozen=True)
@@ -79,7 +88,8 @@ class _Import:
         self.failed: dict[str, str] = {}
 
     def run(self) -> RankImport:
-        decoded = self._tasks(READ_TASK, decode_rank, [(src,) for src in self.sources], keep=True)
+        keep_traces = sum(src.size() for src in self.sources) <= keep_budget()
+        decoded = self._tasks(READ_TASK, decode_rank, [(src, keep_traces) for src in self.sources], keep=True)
         kept = [(src, result) for src, result in zip(self.sources, decoded, strict=True)
                 if self._ok(src, result[0])]
         if not kept:
@@ -93,7 +103,8 @@ class _Import:
         run_ids = {i: new_run_id("import", self.folder.name, f"rank{numbers[i].rank}") for i in order}
         experiment_id = new_run_id("ranks", self.folder.name)
         with publishing(self.root, experiment_id, list(run_ids.values())) as publisher:
-            calls = [(kept[i][1][1], placements[i], sources[i], publisher.destination, run_ids[i]) for i in order]
+            calls = [(kept[i][1][1] if keep_traces else None, placements[i], sources[i], publisher.destination,
+                      run_ids[i]) for i in order]
             del kept, decoded  # the traces' handles: the engine may free each trace once its bundle is written
             written = self._tasks(WRITE_TASK, write_rank, calls)
             done = [i for i, result in zip(order, written, strict=True) if self._ok(sources[i], result)]

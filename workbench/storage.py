@@ -98,6 +98,10 @@ class Location:
         names = sorted(str(e["name"]) for e in found if e.get("type") == "file")
         return [Location(self.protocol, n) for n in names if not PurePosixPath(n).name.startswith(".")]
 
+    def size(self) -> int:
+        """The file's size in bytes."""
+        return Path(self.path).stat().st_size if self.is_local else int(self.fs().size(self.path))
+
     def read_text(self) -> str:
         if self.is_local:
             return Path(self.path).read_text(encoding="utf-8")

@@ -53,7 +53,8 @@ def import_(files: tuple[Path, ...], ranks_dir: str | None, align: str, cluster:
     if misplaced:
         raise click.UsageError(f"{misplaced[0]} applies to --ranks FOLDER")
     if out_dir is not None and is_url(out_dir):
-        raise click.UsageError("only `workbench import --ranks` writes to a URL traces root; give a folder for trace files")
+        raise click.UsageError("only `workbench import --ranks` writes to a URL traces root; give a folder for "
+                               "trace files")
     if not files:
         raise click.UsageError("give trace files to import, or --ranks FOLDER")
     with errors():

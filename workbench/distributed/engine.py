@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import multiprocessing
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -24,6 +23,7 @@ from typing import Any
 
 from workbench.distributed.calls import Calls, Engine, run_call
 from workbench.errors import MissingDependency, WorkbenchError
+from workbench.machine import usable_cpus
 
 CLUSTERS = ("local", "auto", "ray://HOST:PORT")
 """What `--cluster` takes."""
@@ -33,11 +33,6 @@ class Held:
     """A payload the local engine keeps in this process (the handle `map(..., keep=True)` returns)."""
 
     value: Any
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class LocalEngine:

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from workbench.errors import WorkbenchError, first_line
+from workbench.machine import available_memory
 from workbench.models.loaded import count_parameters
 
 BYTES_PER_PARAMETER = 4
@@ -23,17 +24,6 @@ MEMORY_FRACTION = 0.8
 
 class ModelTooLarge(WorkbenchError):
     """A model whose weights would not fit in this machine's memory; gives the estimate and the limit."""
-
-
-def available_memory() -> int:
-    """Bytes of memory available to a new allocation now (psutil, else /proc/meminfo's MemAvailable)."""
-    try:
-        import psutil
-    except ImportError:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            fields = dict(line.split(":", 1) for line in meminfo)
-        return int(fields["MemAvailable"].split()[0]) * 1024
-    return int(psutil.virtual_memory().available)
 
 
 def meta_parameter_count(what: str, build: Callable[[], nn.Module]) -> int:

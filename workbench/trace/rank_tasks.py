@@ -1,7 +1,8 @@
 """The two tasks of a multi-rank import, run where the engine puts them (`workbench.distributed`): a worker
-decodes one rank's file and sends the driver its small `RankFacts` (the trace stays with the engine), then,
-once the driver has put every rank on the job's axis, a worker writes that rank's bundle straight to the
-destination. Neither sends a trace through the driver.
+decodes one rank's file and sends the driver its small `RankFacts` (the trace stays with the engine, or, for a
+job too large to hold, is dropped and decoded again by the write), then, once the driver has put every rank on
+the job's axis, a worker writes that rank's bundle straight to the destination. Neither sends a trace through
+the driver.
 """
 
 from __future__ import annotations
@@ -19,24 +20,31 @@ from workbench.trace.records import RunInfo
 from workbench.trace.registry import read_trace
 
 
-def decode_rank(source: Location) -> tuple[RankFacts, Trace]:
+def decode_rank(source: Location, keep_trace: bool = True) -> tuple[RankFacts, Trace | None]:
     """Read one rank's trace file (downloaded to a temporary file first when it is not local); its facts and
-    its trace. A file that cannot be read raises `TraceFormatError`."""
+    its trace (None without `keep_trace`: the write decodes the file again). A file that cannot be read raises
+    `TraceFormatError`."""
+    trace = _read(source)
+    return rank_facts(trace, source.name), trace if keep_trace else None
+
+
+def write_rank(trace: Trace | None, placement: Placement, source: Location, destination: Destination,
+               run_id: str) -> str | None:
+    """Put `trace` (None: `source` decoded again) on the job's axis and write its bundle (`Destination.write`:
+    None, or the run.json text to commit)."""
+    placed = place_trace(trace if trace is not None else _read(source), placement, source.url)
+    rank = placement.rank
+    info = import_info(run_id, placed, source, rank=rank["rank"], world_size=rank["world_size"])
+    return destination.write(run_id, info, placed, source)
+
+
+def _read(source: Location) -> Trace:
+    """The trace of rank file `source`, wherever it lies."""
     with tempfile.TemporaryDirectory(prefix="workbench-rank-") as tmp:
         trace = read_trace(source.copy_to_local(Path(tmp) / source.name))
     if not source.is_local and isinstance(trace.metadata.get("source"), dict):
         trace.metadata["source"]["file"] = source.url  # not the temporary copy's path
-    return rank_facts(trace, source.name), trace
-
-
-def write_rank(trace: Trace, placement: Placement, source: Location, destination: Destination,
-               run_id: str) -> str | None:
-    """Put `trace` on the job's axis and write its bundle (`Destination.write`: None, or the run.json text to
-    commit)."""
-    placed = place_trace(trace, placement, source.url)
-    rank = placement.rank
-    info = import_info(run_id, placed, source, rank=rank["rank"], world_size=rank["world_size"])
-    return destination.write(run_id, info, placed, source)
+    return trace
 
 
 def import_info(run_id: str, trace: Trace, source: Location, *, rank: int | None = None,
