@@ -193,3 +193,16 @@ def test_resolve_traces_root_gives_the_mirror_of_a_url(imported, tmp_path, monke
     assert resolve_traces_root(f"file://{tmp_path}/here", Path("/elsewhere")) == tmp_path / "here"
     monkeypatch.setenv("WORKBENCH_TRACES", URL)
     assert resolve_traces_root("", tmp_path) == mirror
+
+
+def test_a_url_unreachable_at_start_gives_its_mirror_still_read_only(memory, tmp_path, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("connection refused")
+
+    monkeypatch.setattr(type(memory), "exists", unreachable)
+    monkeypatch.setattr(type(memory), "find", unreachable)
+    mirror = resolve_traces_root(URL, tmp_path)  # the server starts; its listings will say why they are empty
+    assert remote_root(mirror) == location(URL)  # so the panel refuses writes into it
+    assert [p.name for p in mirror.iterdir() if not p.name.startswith(".")] == []  # no bundle, no records

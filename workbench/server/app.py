@@ -40,7 +40,7 @@ from workbench.server.model_policy import ModelPolicy
 from workbench.server.span_handlers import span_handlers
 from workbench.server.state import ServerState
 from workbench.storage import is_url, location
-from workbench.trace.mirror import mirror_root, remote_root
+from workbench.trace.mirror import mirror_folder, mirror_root, remote_root
 
 
 class WorkbenchServerApp(ExtensionApp):
@@ -116,12 +116,17 @@ class WorkbenchServerApp(ExtensionApp):
 def resolve_traces_root(configured: str, root_dir: Path) -> Path:
     """The traces root the server reads and captures into: `configured`, else `$WORKBENCH_TRACES`, else
     `traces`, a relative one taken from `root_dir` (where the CLI takes it from the working directory). A URL
-    gives its local mirror, brought up to date now (a `file://` URL its folder); WorkbenchError when it
-    cannot be read."""
+    gives its local mirror, brought up to date now if the URL can be read (else as it is: the panel's
+    listings try again and say why they cannot); a `file://` URL gives its folder."""
     chosen = configured or os.environ.get(TRACES_ENV) or "traces"
     if is_url(chosen):
         where = location(chosen)
-        return where.local_path if where.is_local else mirror_root(where)
+        if where.is_local:
+            return where.local_path
+        try:
+            return mirror_root(where)
+        except Exception:  # unreachable now (a store's client raises its own kinds too): listings say why
+            return mirror_folder(where)
     return (root_dir / Path(chosen).expanduser()).absolute()
 
 

@@ -50,11 +50,8 @@ def cache_dir() -> Path:
 
 def mirror_root(root: Location) -> Path:
     """The local mirror of the URL traces root `root`, brought up to date with its listing (module docstring)."""
-    if root.is_local:
-        raise WorkbenchError(f"{root.url} is a local folder: read it in place")
-    mirror = cache_dir() / "roots" / f"{root.protocol}-{hashlib.sha256(root.url.encode()).hexdigest()[:16]}"
+    mirror = mirror_folder(root)
     try:
-        mirror.mkdir(parents=True, exist_ok=True)
         with _locked(mirror):
             _sync(root, mirror)
     except OSError as exc:
@@ -62,11 +59,23 @@ def mirror_root(root: Location) -> Path:
     return mirror
 
 
+def mirror_folder(root: Location) -> Path:
+    """The folder (created) of the mirror of the URL traces root `root`, as it is: not brought up to date."""
+    if root.is_local:
+        raise WorkbenchError(f"{root.url} is a local folder: read it in place")
+    mirror = cache_dir() / "roots" / f"{root.protocol}-{hashlib.sha256(root.url.encode()).hexdigest()[:16]}"
+    marker = json.dumps({"url": root.url})
+    try:
+        mirror.mkdir(parents=True, exist_ok=True)
+        if not (mirror / ROOT_JSON).is_file() or (mirror / ROOT_JSON).read_text(encoding="utf-8") != marker:
+            _write_atomic(mirror / ROOT_JSON, marker)
+    except OSError as exc:
+        raise WorkbenchError(f"traces root {root.url}: cannot make its mirror {mirror}: {exc}") from exc
+    return mirror
+
+
 def _sync(root: Location, mirror: Path) -> None:
     """Bring `mirror` up to date with the listing of `root` (the caller holds the mirror's lock)."""
-    marker = json.dumps({"url": root.url})
-    if not (mirror / ROOT_JSON).is_file() or (mirror / ROOT_JSON).read_text(encoding="utf-8") != marker:
-        _write_atomic(mirror / ROOT_JSON, marker)
     listing = _listing(root)
     _sync_records(root, mirror, listing.pop(EXPERIMENTS_DIR, {}))
     here = {p.name for p in mirror.iterdir() if p.is_dir() and not p.name.startswith(".")} - {EXPERIMENTS_DIR}
