@@ -165,3 +165,18 @@ def test_step_table_lists_the_largest_spreads_unless_steps(monkeypatch, tmp_path
     assert listed_steps("--steps") == list(range(12))
     got = json.loads(_ranks("exp", "--out", str(tmp_path), "--json").stdout)
     assert len(got["steps"]) == 12 and {r["overlap_frac"] for r in got["ranks"]} == {None}  # no collective: NaN
+
+
+def test_notebook_ranks_on_a_url_root_named_by_the_environment(job: Path, imported, memory, monkeypatch,
+                                                               tmp_path: Path) -> None:
+    import workbench as wb
+
+    url = f"memory://{MEMORY_ROOT.lstrip('/')}"
+    remote = import_rank_job(job, url)
+    monkeypatch.setenv("WORKBENCH_TRACES", url)
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    table = wb.ranks(remote.experiment_id)
+    local = wb.ranks(imported[1], imported[0])
+    assert table.equals(local) and table.loc[table["straggler"], "rank"].tolist() == [SLOW_RANK]
+    mirrored = list((tmp_path / "cache").rglob("*.parquet"))
+    assert mirrored == []  # read at the URL: no rank's tables were copied down

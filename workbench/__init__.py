@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = ["capture", "compare", "crossovers", "diff", "findings", "fusion", "fusion_detail", "idle", "pareto",
-           "roofline", "show", "show_diff", "sql", "sweep_table"]
+           "ranks", "roofline", "show", "show_diff", "show_ranks", "sql", "sweep_table"]
 
 
 def __getattr__(name: str) -> Any:

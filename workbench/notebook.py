@@ -1,6 +1,7 @@
 """The notebook front door: `wb.capture`, `wb.show`, `wb.compare`, `wb.show_diff` (the CLI's functions, placed
 inline) and each analysis as a function returning a DataFrame: `wb.roofline`, `wb.findings`, `wb.idle`,
-`wb.diff`, `wb.fusion`, `wb.fusion_detail`, and SQL over runs, `wb.sql`. A sweep (`wb.capture(batch=[1, 2, 4],
+`wb.diff`, `wb.fusion`, `wb.fusion_detail`, and SQL over runs, `wb.sql`. The ranks of a distributed job:
+`wb.ranks` (the per-rank table), `wb.show_ranks` (its view). A sweep (`wb.capture(batch=[1, 2, 4],
 seq=[128, 512])`) has its curves as DataFrames: `wb.sweep_table`, `wb.crossovers`, `wb.pareto`.
 
 A run is named as everywhere: a run id (under `root`, default `$WORKBENCH_TRACES` or ./traces), a bundle
@@ -215,6 +216,32 @@ def pareto(runs: RunRef | Sequence[RunRef], throughput: str = "items_per_s",
     from workbench.analysis.sweep import sweep_table as table
 
     return front(table(_bundles(runs, root)), throughput=throughput)
+
+
+def ranks(experiment: str, root: str | Path | None = None, *, cluster: str = "local",
+          threshold: float = 0.10) -> pd.DataFrame:
+    """The per-rank table of a job imported with `workbench import --ranks` (as `workbench ranks` prints it: busy,
+    idle, compute, collective and exposed time, median step, stragglers), one query per rank where its bundle
+    lies, on this machine's pool or a Ray cluster (`cluster`: "auto", "ray://HOST:PORT"). `root` may be a URL."""
+    return _rank_aggregates(experiment, root, cluster, threshold).table
+
+
+def show_ranks(experiment: str, root: str | Path | None = None, *, cluster: str = "local",
+               threshold: float = 0.10) -> None:
+    """Render the ranks view of a job imported with `workbench import --ranks` (ranks x steps heat map, step
+    spread, stragglers) from its per-rank aggregates: no rank's events are loaded here."""
+    from workbench.views.ranks import ranks_view
+
+    _render(ranks_view(_rank_aggregates(experiment, root, cluster, threshold), threshold=threshold))
+
+
+def _rank_aggregates(experiment: str, root: str | Path | None, cluster: str, threshold: float) -> Any:
+    from workbench.analysis.rank_queries import job_aggregates
+    from workbench.distributed import engine_for
+    from workbench.paths import checked_root
+
+    engine = None if cluster == "local" else engine_for(cluster)
+    return job_aggregates(checked_root(root, writing=False), experiment, engine=engine, threshold=threshold)
 
 
 def _one(run: RunRef | Sequence[RunRef], root: str | Path | None, what: str) -> Bundle:

@@ -53,8 +53,11 @@ def experiment_record(root: Location, experiment_id: str) -> ExperimentRecord:
 def job_aggregates(root: str | os.PathLike[str] | Location, experiment_id: str, *, engine: Engine | None = None,
                    threshold: float = 0.10, mad_k: float = 2.0) -> RankAggregates:
     """The `RankAggregates` of the ranks the import `experiment_id` wrote, one task per rank on `engine` (the local
-    pool by default). A rank whose bundle cannot be read raises `BundleError` naming its run."""
+    pool by default). `root` may be a URL, or the local mirror of one (`workbench.trace.mirror`: the ranks are then
+    read at the URL). A rank whose bundle cannot be read raises `BundleError` naming its run."""
     root = location(root)
+    if root.is_local:
+        root = remote_root(root.local_path) or root
     record = experiment_record(root, experiment_id)
     ranks = record.ranks or []
     if not ranks:
