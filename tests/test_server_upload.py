@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("jupyter_server", reason="jupyter_server is not installed (pip install -e .[lab])")
 pytest.importorskip("pytest_jupyter", reason="pytest-jupyter is not installed (pip install -e .[test])")
 
+import test_server
 from conftest import payload_trace, write_trace
 from pytest_jupyter.jupyter_server import *  # noqa: F403
 from server_api import Api, is_finished, make_run, server_config
@@ -29,14 +30,9 @@ def jp_server_config(monkeypatch):
     return server_config(max_upload_mb=UPLOAD_LIMIT_MB)
 
 
-@pytest.fixture
-def api(jp_serverapp, http_server_client, jp_base_url, jp_auth_header, jp_asyncio_loop) -> Api:
-    return Api(http_server_client, jp_base_url, jp_auth_header, jp_asyncio_loop)
-
-
-@pytest.fixture
-def traces(jp_root_dir) -> Path:
-    return jp_root_dir / "traces"
+api = test_server.api
+"""The API client of the server tests (its server configured here, by `jp_server_config`)."""
+traces = test_server.traces
 
 
 def upload(api: Api, name: str, data: bytes, *, token: bool = True) -> tuple[int, dict]:

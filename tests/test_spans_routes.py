@@ -14,22 +14,16 @@ from workbench.analysis import spans
 pytest.importorskip("jupyter_server", reason="jupyter_server is not installed (pip install -e .[lab])")
 pytest.importorskip("pytest_jupyter", reason="pytest-jupyter is not installed (pip install -e .[test])")
 
+import test_server
 from pytest_jupyter.jupyter_server import *  # noqa: F403
-from server_api import Api, server_config
 
 ROUTES = ["runs/r/spans?start_ns=0&end_ns=100&width_px=10", "runs/r/search?q=mm",
           "runs/r/aggregate?start_ns=0&end_ns=9", "runs/r/events/0"]
 
 
-@pytest.fixture
-def jp_server_config(monkeypatch):
-    monkeypatch.delenv("WORKBENCH_TRACES", raising=False)  # the traces root is <root_dir>/traces
-    return server_config()
-
-
-@pytest.fixture
-def api(jp_serverapp, http_server_client, jp_base_url, jp_auth_header, jp_asyncio_loop) -> Api:
-    return Api(http_server_client, jp_base_url, jp_auth_header, jp_asyncio_loop)
+jp_server_config = test_server.jp_server_config
+"""The server of the server tests: every route behind a token, the traces root <root_dir>/traces."""
+api = test_server.api
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ from workbench.llm.hf_generate import (
     hf_forced_logits,
     hf_generate,
 )
-from workbench.llm.numerics import token_agreement, vs_recompute
+from workbench.llm.numerics import token_agreement
 from workbench.llm.perf_model import LLMConfig
 from workbench.llm.perf_model.hf_config import is_hf_ref, llm_config_from_hf
 from workbench.llm.run import GREEDY, SPECULATIVE, SWEPT, GenerateSettings, Point, SweepResult, _Run, _Sweep
@@ -179,35 +179,18 @@ class _HFSweep(_Sweep):
             run.draft, run.k = self.draft, s.speculative
         return run
 
-    def _reference(self, run: _Run) -> Generation:
-        """The dynamic-cache greedy run (logits kept) of `run`'s sizes, computed once."""
-        p = run.point
-        key = (p.batch, p.prompt, p.new)
-        if key not in self._references:
-            self._references[key] = hf_generate(run.model, run.prompt, p.new, cache=REFERENCE_CACHE, keep_logits=True)
-        return self._references[key]
+    def generation(self, run: _Run, *, keep_logits: bool = False, reference: bool = False) -> Generation:
+        """One greedy generation with `run`'s cache, or (`reference`) with the dynamic cache."""
+        cache = REFERENCE_CACHE if reference else run.point.cache
+        return hf_generate(run.model, run.prompt, run.point.new, cache=cache, keep_logits=keep_logits)
 
-    def prepare(self, runs: list[_Run]) -> None:
-        """Check each run's tokens and logits (module docstring); this also warms every run up."""
-        self.progress.start("numerics", len(runs))
-        for run in runs:
-            p = run.point
-            try:
-                if run.draft is None:
-                    own = hf_generate(run.model, run.prompt, p.new, cache=p.cache, keep_logits=True)
-                    run.numerics["vs_recompute"] = vs_recompute(LogitsOf(run.model), run.prompt, own)
-                    if p.cache.startswith("quantized"):
-                        run.numerics["vs_fp32_cache"] = self._vs_reference(run, own)
-                else:
-                    spec = run.once()
-                    greedy = hf_generate(run.model, run.prompt, p.new, cache=p.cache)
-                    run.numerics["matches_greedy"] = token_agreement(greedy.tokens, spec.tokens)
-            except Exception as exc:
-                run.fail("numerics", exc)
-            self.progress.advance("numerics")
-        self.progress.finish("numerics")
+    def logits_model(self, run: _Run) -> Any:
+        return LogitsOf(run.model)
 
-    def _vs_reference(self, run: _Run, own: Generation) -> dict[str, Any]:
+    def checks_reference(self, run: _Run) -> bool:
+        return run.point.cache.startswith("quantized")
+
+    def vs_reference(self, run: _Run, own: Generation) -> dict[str, Any]:
         """A quantized cache's logits teacher-forced on the dynamic cache's tokens, and its free-run tokens."""
         from workbench.backends.numerics import compare_outputs
 

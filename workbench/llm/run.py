@@ -297,29 +297,45 @@ class _Sweep(Runner[_Run, GenerationResult]):
         return kv_cache_bytes(run.loaded.config, p.batch, run.context, p.kv)
 
     def _reference(self, run: _Run) -> Generation:
-        """The fp32-cache greedy run (logits kept) of `run`'s model and sizes, computed once."""
+        """The reference generation (logits kept) of `run`'s model and sizes, computed once."""
         p = run.point
         key = (p.attention, p.batch, p.prompt, p.new)
         if key not in self._references:
-            self._references[key] = generate(run.model, run.prompt, p.new, kv_dtype="fp32", keep_logits=True)
+            self._references[key] = self.generation(run, keep_logits=True, reference=True)
         return self._references[key]
+
+    def generation(self, run: _Run, *, keep_logits: bool = False, reference: bool = False) -> Generation:
+        """One greedy generation of `run`'s model and prompt with its cache, or (`reference`) with the fp32 cache
+        the others are checked against."""
+        p = run.point
+        return generate(run.model, run.prompt, p.new, kv_dtype="fp32" if reference else p.kv,
+                        keep_logits=keep_logits)
+
+    def logits_model(self, run: _Run) -> Any:
+        """What `vs_recompute` calls for the logits of a whole sequence."""
+        return run.model
+
+    def checks_reference(self, run: _Run) -> bool:
+        """Whether `run`'s cache is checked against the reference (a cache that is not the reference's)."""
+        return run.point.kv != "fp32"
+
+    def vs_reference(self, run: _Run, own: Generation) -> dict[str, Any]:
+        """`run`'s logits and tokens against the reference generation's (`cache_numerics`)."""
+        return cache_numerics(run.model, run.prompt, self._reference(run), own, run.point.kv)
 
     def prepare(self, runs: list[_Run]) -> None:
         """Check each run's tokens and logits (see the module docstring); this also warms every run up."""
         self.progress.start("numerics", len(runs))
         for run in runs:
-            p = run.point
             try:
                 if run.draft is None:
-                    own = generate(run.model, run.prompt, p.new, kv_dtype=p.kv, keep_logits=True)
-                    run.numerics["vs_recompute"] = vs_recompute(run.model, run.prompt, own)
-                    if p.kv != "fp32":
-                        run.numerics["vs_fp32_cache"] = cache_numerics(run.model, run.prompt, self._reference(run),
-                                                                       own, p.kv)
+                    own = self.generation(run, keep_logits=True)
+                    run.numerics["vs_recompute"] = vs_recompute(self.logits_model(run), run.prompt, own)
+                    if self.checks_reference(run):
+                        run.numerics["vs_fp32_cache"] = self.vs_reference(run, own)
                 else:
                     spec = run.once()
-                    greedy = generate(run.model, run.prompt, p.new, kv_dtype=p.kv)
-                    run.numerics["matches_greedy"] = token_agreement(greedy.tokens, spec.tokens)
+                    run.numerics["matches_greedy"] = token_agreement(self.generation(run).tokens, spec.tokens)
             except Exception as exc:
                 run.fail("numerics", exc)
             self.progress.advance("numerics")
