@@ -123,3 +123,13 @@ def test_writing_commands_refuse_a_url_root(memory, command: list[str]) -> None:
     assert not memory.exists(ROOT)
     with pytest.raises(WorkbenchError, match="only `workbench import --ranks` writes to one"):
         checked_root(URL, writing=True)
+
+
+def test_a_damaged_mirror_marker_is_named_then_made_anew(imported) -> None:
+    mirror = mirror_root(location(URL))
+    run_id = imported.run_ids[0]
+    (mirror / run_id / REMOTE_JSON).write_text("{not json")
+    with pytest.raises(BundleError, match=rf"run '{run_id}': its mirror's .* is unreadable"):
+        open_bundle(run_id, mirror).trace()
+    mirror_root(location(URL))  # the next listing copies it anew
+    assert open_bundle(run_id, mirror).trace().events.num_rows > 0

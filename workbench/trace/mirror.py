@@ -108,7 +108,16 @@ def remote_root(folder: Path) -> Location | None:
 def remote_bundle(folder: Path) -> dict[str, Any] | None:
     """The `.remote.json` of a mirrored bundle folder, or None for a bundle that is local."""
     marker = folder / REMOTE_JSON
-    return json.loads(marker.read_text(encoding="utf-8")) if marker.is_file() else None
+    if not marker.is_file():
+        return None
+    try:
+        found = json.loads(marker.read_text(encoding="utf-8"))
+        if not isinstance(found, dict) or not isinstance(found.get("files"), dict) or "url" not in found:
+            raise ValueError("not a mirror marker")
+    except (OSError, ValueError) as exc:
+        raise BundleError(f"run {folder.name!r}: its mirror's {marker} is unreadable ({exc}); list the traces root "
+                          "again to copy it anew") from exc
+    return found
 
 
 def download_bundle(folder: Path) -> None:
@@ -159,7 +168,10 @@ def _listing(root: Location) -> dict[str, dict[str, int]]:
 
 def _sync_bundle(source: Location, folder: Path, files: dict[str, int]) -> None:
     """Make `folder` the mirror of bundle `source` (its run.json and marker) unless it already is."""
-    known = remote_bundle(folder) if folder.is_dir() else None
+    try:
+        known = remote_bundle(folder) if folder.is_dir() else None
+    except BundleError:
+        known = None  # a damaged copy: made anew
     if known is not None and known["files"] == files:
         return
     stage = make_scratch_dir(folder.parent, "tmp", folder.name)
