@@ -54,6 +54,7 @@ def test_statistics_only_bundles_are_judged_by_their_tail():
 
 
 def test_noise_shows_in_ls_show_sql_and_the_dashboard(tmp_path):
+    from workbench.analysis.experiment_tables import variant_table
     from workbench.analysis.sql import run_query
     from workbench.views.dashboard import dashboard
 
@@ -76,6 +77,8 @@ def test_noise_shows_in_ls_show_sql_and_the_dashboard(tmp_path):
                         {"run": "steady", "noisy": False, "noise": None}]
     heading = dashboard(bundles[0]).children[0].text
     assert "p50" in heading and "noisy: samples split in two clusters" in heading
+    compared = variant_table(bundles)  # the comparison of the report, the panel and wb.compare
+    assert compared.set_index("run")["noise"].to_dict() == {"noisy": "samples split in two clusters", "steady": ""}
 
 
 def test_the_capture_table_flags_a_noisy_median(tmp_path):

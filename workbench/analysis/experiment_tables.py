@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.analysis.breakdown import memory_peaks, op_table, phase_window
+from workbench.analysis.noise import latency_noise
 from workbench.analysis.steps import steps_in
 from workbench.analysis.sweep import is_sweep, run_shape
 from workbench.trace import Trace
@@ -21,8 +22,11 @@ def variant_table(bundles: Sequence[Bundle], reference: str = "eager") -> pd.Dat
     """One row per run: latency, throughput, speedup against the reference variant (in a sweep, against the
     reference at the same shape), compile time, peak memory and numerics.
 
-    | variant | run | status | p50_ms | p90_ms | p99_ms | mean_ms | items_per_s | tokens_per_s | speedup |
+    | variant | run | status | p50_ms | p90_ms | p99_ms | mean_ms | noise | items_per_s | tokens_per_s | speedup |
     | first_call_s | peak_bytes | sqnr_db | cosine | max_abs_error | top1 |
+
+    `noise` says why a run's median is not to be trusted (`workbench.analysis.noise`: "p99 is 2.1× p50"), as
+    `workbench ls` does; "" when it is, or with too few samples to judge.
     """
     rows = []
     shaped = is_sweep(bundles)
@@ -41,6 +45,7 @@ def variant_table(bundles: Sequence[Bundle], reference: str = "eager") -> pd.Dat
             "p90_ms": bench.get("p90"),
             "p99_ms": bench.get("p99"),
             "mean_ms": bench.get("mean"),
+            "noise": noise.reason if (noise := latency_noise(record.benchmark)) else "",
             "items_per_s": bench.get("items_per_s"),
             "tokens_per_s": bench.get("tokens_per_s"),
             "first_call_s": record.first_call_s,

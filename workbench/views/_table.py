@@ -3,7 +3,7 @@ and sizes its columns alike."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -14,20 +14,16 @@ TableColumns = Sequence[tuple[str, str, str | None]]
 
 
 def data_table(frame: pd.DataFrame, columns: TableColumns, *, width: int, height: int,
-               widths: Mapping[str, int] | None = None, blank_nan: Collection[str] = (),
-               **options: Any) -> DataTable:
+               widths: Mapping[str, int] | None = None, **options: Any) -> DataTable:
     """A sortable table of the `columns` that `frame` has (the others left out). Text cells use a plain-text
-    formatter, so names from traces stay text; relative column widths are 360 for `name` and 100 for the
-    others unless `widths` gives one; numbers in the `blank_nan` columns show NaN as an empty cell;
-    `options` go to the DataTable (`name`, `reorderable`, ...)."""
+    formatter, so names from traces stay text; a missing number (NaN) is an empty cell; relative column widths
+    are 360 for `name` and 100 for the others unless `widths` gives one; `options` go to the DataTable
+    (`name`, `reorderable`, ...)."""
     widths = widths or {}
     present = [(field, title, fmt) for field, title, fmt in columns if field in frame.columns]
     table_columns = []
     for field, title, fmt in present:
-        if fmt is None:
-            formatter = StringFormatter()
-        else:
-            formatter = NumberFormatter(format=fmt, **({"nan_format": ""} if field in blank_nan else {}))
+        formatter = StringFormatter() if fmt is None else NumberFormatter(format=fmt, nan_format="", null_format="")
         table_columns.append(TableColumn(field=field, title=title, formatter=formatter,
                                          width=widths.get(field, 360 if field == "name" else 100)))
     return DataTable(source=frame_source(frame[[field for field, _, _ in present]]), columns=table_columns,

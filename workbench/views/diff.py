@@ -109,7 +109,7 @@ def _table(table: pd.DataFrame, width: int) -> DataTable:
         "delta_ms": table["delta_ns"].to_numpy(dtype=np.float64) / 1e6,
         "ratio": table["ratio"].to_numpy(dtype=np.float64),
     })
-    view = data_table(frame, DIFF_TABLE_COLUMNS, width=width, height=420, blank_nan=("ratio",), name=DIFF_TABLE)
+    view = data_table(frame, DIFF_TABLE_COLUMNS, width=width, height=420, name=DIFF_TABLE)
     view.source.add([STATUS_COLORS.get(s, "#ffffff") for s in frame["status"]], "status_color")
     for col in view.columns:
         if col.field in ("status", "name"):

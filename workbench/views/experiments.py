@@ -34,7 +34,8 @@ from workbench.views.timeline import timeline
 
 SUMMARY_COLUMNS = [
     ("variant", "variant", None), ("status", "status", None), ("p50_ms", "p50 ms", "0.000"),
-    ("p99_ms", "p99 ms", "0.000"), ("items_per_s", "items/s", "0,0.0"), ("speedup", "speedup", "0.00"),
+    ("p99_ms", "p99 ms", "0.000"), ("noise", "noisy", None), ("items_per_s", "items/s", "0,0.0"),
+    ("speedup", "speedup", "0.00"),
     ("first_call_s", "compile / first call s", "0.00"), ("peak_bytes", "peak bytes", "0,0"),
     ("sqnr_db", "SQNR dB", "0.0"), ("cosine", "cosine", "0.000000"), ("max_abs_error", "max abs err", "0.000000"),
     ("top1", "top-1", "0.000"),

@@ -112,7 +112,7 @@ def idle_table(idle: Mapping[str, Mapping[str, int | None]], *, width: int = 120
     jump = "; select a device to see its largest gap in the timeline" if x_range is not None else ""
     heading = Div(text="Device idle time (on the union of each device's work; the device_idle finding's "
                        f"evidence splits it by cause){jump}", render_as_text=True, width=width)
-    table = data_table(pd.DataFrame(rows), IDLE_COLUMNS, width=width, height=40 + 28 * len(rows), blank_nan=("gaps",))
+    table = data_table(pd.DataFrame(rows), IDLE_COLUMNS, width=width, height=40 + 28 * len(rows))
     _add_ranges(table.source, [_gap_range(summary) for summary in idle.values()], x_range)
     return column(heading, table)
 

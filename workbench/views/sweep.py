@@ -53,10 +53,8 @@ def sweep_view(bundles: Sequence[Bundle], reference: str = "eager", *, width: in
     if len(crossings):
         parts.append(Paragraph(text=f"crossovers: the batch where a variant starts to beat the other ({reference} "
                                     "is one of each pair), interpolated in log2(batch)", width=width))
-        parts.append(data_table(crossings, CROSSOVER_TABLE_COLUMNS, width=width, height=30 + 28 * len(crossings),
-                                blank_nan=("seq", "new")))
-    parts.append(data_table(table, SWEEP_TABLE_COLUMNS, width=width, height=30 + 28 * min(max(len(table), 1), 20),
-                            blank_nan=("seq", "new", "tokens_per_s", "peak_bytes", "speedup")))
+        parts.append(data_table(crossings, CROSSOVER_TABLE_COLUMNS, width=width, height=30 + 28 * len(crossings)))
+    parts.append(data_table(table, SWEEP_TABLE_COLUMNS, width=width, height=30 + 28 * min(max(len(table), 1), 20)))
     return column(*parts)
 
 

@@ -75,7 +75,7 @@ def op_table_view(trace: Trace, kinds: tuple[str, ...] = ("op",), window: tuple[
                ("step_share", "share of step", "0.0%"), ("share", "share (self)", "0.0%"),
                ("device", f"device ({unit})", "0,0.000"), ("gflop", "GFLOP", "0,0.000"),
                ("gflops", "GFLOP/s", "0,0.00")]
-    view = data_table(frame, columns, width=width, height=height, widths={"name": 320}, blank_nan=("gflop", "gflops"),
+    view = data_table(frame, columns, width=width, height=height, widths={"name": 320},
                       reorderable=False, name=OP_TABLE_NAME)
     heading = Div(text=f"{label}: {len(table):,} names, {scope}; select rows to highlight them in the timeline",
                   render_as_text=True)
