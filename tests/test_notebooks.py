@@ -78,7 +78,8 @@ def quick_start(tmp_path_factory):
 def test_notebooks_are_stored_clean():
     """Stored without outputs (they are made by running), valid, each with the Python 3 kernel."""
     names = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
-    assert names == ["01-quick-start", "02-fusion", "03-quantization", "04-import-traces", "05-app", "06-real-models"]
+    assert names == ["01-quick-start", "02-fusion", "03-quantization", "04-import-traces", "05-app", "06-real-models",
+                     "07-many-ranks"]
     for name in names:
         nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
         nbformat.validate(nb)
@@ -188,6 +189,25 @@ def test_app(tmp_path):
     assert nb.metadata.widgets  # the widgets' state, stored by nbclient
     states = nb.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]
     assert any(s["model_name"] == "BokehModel" for s in states.values())
+
+
+def test_many_ranks(tmp_path):
+    """8 ranks built in the notebook (rank 5 runs one GEMM more per step) imported, the straggler found from
+    the per-rank queries, the ranks view drawn, and the same figures from a memory:// traces root."""
+    nb = execute("07-many-ranks", tmp_path / "traces", WORKBENCH_CACHE=str(tmp_path / "cache"))
+    assert_ran_clean(nb)
+    (imported,) = [o.data["text/plain"] for o in outputs(nb, "import") if o.output_type == "execute_result"]
+    experiment, runs, failed = ast.literal_eval(imported)
+    assert runs == 8 and failed == {} and (tmp_path / "traces" / "experiments" / f"{experiment}.json").is_file()
+    rows = table(outputs(nb, "ranks"))
+    assert [int(r["rank"]) for r in rows] == list(range(8))
+    assert [int(r["rank"]) for r in rows if r["straggler"] == "True"] == [5]
+    assert {float(r["median_step_ns"]) for r in rows if r["rank"] != "5"} == {1e6}  # 1000 µs steps
+    assert float(next(r for r in rows if r["rank"] == "5")["median_step_ns"]) == 1.3e6
+    assert_plot(outputs(nb, "view"))
+    (same,) = [o.data["text/plain"] for o in outputs(nb, "shared") if o.output_type == "execute_result"]
+    assert same == "True"
+    assert not list((tmp_path / "cache").rglob("*.parquet"))  # the URL's ranks were read where they lie
 
 
 @pytest.mark.slow

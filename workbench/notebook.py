@@ -238,10 +238,10 @@ def show_ranks(experiment: str, root: str | Path | None = None, *, cluster: str 
 def _rank_aggregates(experiment: str, root: str | Path | None, cluster: str, threshold: float) -> Any:
     from workbench.analysis.rank_queries import job_aggregates
     from workbench.distributed import engine_for
-    from workbench.paths import checked_root
+    from workbench.paths import root_where_it_lies
 
     engine = None if cluster == "local" else engine_for(cluster)
-    return job_aggregates(checked_root(root, writing=False), experiment, engine=engine, threshold=threshold)
+    return job_aggregates(root_where_it_lies(root), experiment, engine=engine, threshold=threshold)
 
 
 def _one(run: RunRef | Sequence[RunRef], root: str | Path | None, what: str) -> Bundle:

@@ -36,6 +36,15 @@ def checked_root(out: str | Path | None = None, *, writing: bool) -> Path:
     return root
 
 
+def root_where_it_lies(out: str | Path | None = None) -> str | Path:
+    """The traces root for work that reads bundles where they lie (`workbench.analysis.rank_queries`): a URL
+    (`out`, else `$WORKBENCH_TRACES`) as it is, with no local mirror made; a folder `checked_root` checked."""
+    chosen = out if out is not None else os.environ.get(TRACES_ENV)
+    if chosen is not None and is_url(str(chosen)):
+        return str(chosen)
+    return checked_root(out, writing=False)
+
+
 def _url_root(url: str, origin: str, *, writing: bool) -> Path:
     """The folder to use for the URL traces root `url`: the local folder of a `file://` URL, else (reading) its
     local mirror (`workbench.trace.mirror`); writing goes only through `workbench import --ranks`."""

@@ -41,11 +41,10 @@ def ranks(experiment: str, out_dir: str | None, cluster: str, threshold: float, 
     `workbench import --ranks` (EXPERIMENT is the id that import printed)."""
     from workbench.analysis.rank_queries import job_aggregates
     from workbench.distributed import engine_for
-    from workbench.paths import checked_root
-    from workbench.storage import is_url
+    from workbench.paths import root_where_it_lies
 
     with errors():
-        root = out_dir if out_dir is not None and is_url(out_dir) else checked_root(out_dir, writing=False)
+        root = root_where_it_lies(out_dir)
         engine = None if cluster == "local" else engine_for(cluster)  # None: job_aggregates sizes the local pool
     with errors(), err.status("querying the ranks", spinner="dots") if not as_json else nothing():
         aggregates = job_aggregates(root, experiment, engine=engine, threshold=threshold)
