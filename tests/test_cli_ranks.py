@@ -121,7 +121,10 @@ def test_unknown_experiment_and_a_run_id(imported) -> None:
     root, _, run_ids = imported
     for name in ("no-such-experiment", run_ids[0]):
         result = _ranks(name, "--out", str(root))
-        assert result.exit_code == 2 and name in result.stderr and len(result.stderr.splitlines()) == 1
+        assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1
+        assert f"no experiment '{name}' in {root}" in result.stderr and "import --ranks` printed" in result.stderr
+    escaping = _ranks("../../etc/passwd", "--out", str(root))
+    assert escaping.exit_code == 2 and "'../../etc/passwd' is not an experiment id" in escaping.stderr
 
 
 def test_experiment_that_is_no_rank_import(tmp_path: Path) -> None:

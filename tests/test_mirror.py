@@ -109,6 +109,8 @@ def test_cli_reads_a_url_root(imported, tmp_path: Path) -> None:
     assert made.exit_code == 0, made.output
     html = report.read_text()
     assert "ranks on a URL root" in html and f"rank {SLOW_RANK}" in html
+    missing = runner.invoke(main, ["show", "no-such-run", "--out", URL])
+    assert missing.exit_code == 2 and f"no run 'no-such-run' in {URL};" in missing.stderr  # the URL, not the cache
     mirror = checked_root(URL, writing=False)
     # the report's ranks view was reduced where the bundles lie: only the run `show` opened came down
     assert [b.run_id for b in list_bundles(mirror) if _local_tables(b.path)] == [imported.run_ids[0]]
@@ -133,3 +135,23 @@ def test_a_damaged_mirror_marker_is_named_then_made_anew(imported) -> None:
         open_bundle(run_id, mirror).trace()
     mirror_root(location(URL))  # the next listing copies it anew
     assert open_bundle(run_id, mirror).trace().events.num_rows > 0
+
+
+def test_an_unreachable_store_is_one_line_without_tracebacks(memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+
+    from workbench.cli import STORE_LOGGERS
+
+    def unreachable(*args, **kwargs):
+        raise OSError("Cannot connect to host")
+
+    with monkeypatch.context() as broken:
+        for name in STORE_LOGGERS:
+            broken.setattr(logging.getLogger(name), "level", logging.NOTSET)
+        broken.setattr(type(memory), "exists", unreachable)
+        result = CliRunner().invoke(main, ["ls", "--out", URL])
+        # the clients log their retries with tracebacks (gcsfs, s3fs): the command words the error once instead
+        assert all(logging.getLogger(name).level == logging.CRITICAL for name in ("gcsfs", "s3fs", "botocore"))
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: traces root {URL}: cannot list or copy it: Cannot connect to host")

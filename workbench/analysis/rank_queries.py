@@ -19,7 +19,7 @@ from workbench.analysis.ranks import RankAggregates, RankPartial, combine, rank_
 from workbench.distributed import Engine, Failure, LocalEngine
 from workbench.errors import BundleError, WorkbenchError
 from workbench.storage import Location, location
-from workbench.trace.bundle import EXPERIMENTS_DIR, RUN_JSON, TABLES, Bundle, open_bundle
+from workbench.trace.bundle import EXPERIMENTS_DIR, RUN_JSON, TABLES, Bundle, is_valid_run_id, open_bundle
 from workbench.trace.mirror import remote_root
 from workbench.trace.model import Trace
 from workbench.trace.records import ExperimentRecord
@@ -43,9 +43,14 @@ def bundle_partial(root: Location, run_id: str, rank: int) -> RankPartial:
 
 def experiment_record(root: Location, experiment_id: str) -> ExperimentRecord:
     """The experiment record `experiment_id` of `root` (a path or URL)."""
+    if not is_valid_run_id(experiment_id):
+        raise BundleError(f"{experiment_id!r} is not an experiment id")
     where = root.join(EXPERIMENTS_DIR, f"{experiment_id}.json")
     try:
         return ExperimentRecord.from_json(json.loads(where.read_text()), experiment_id)
+    except FileNotFoundError as exc:
+        raise BundleError(f"no experiment {experiment_id!r} in {root.url} (no {where.url}); the id is the one "
+                          "`workbench import --ranks` printed") from exc
     except (OSError, ValueError) as exc:
         raise BundleError(f"experiment {experiment_id!r}: cannot read {where.url}: {exc}") from exc
 

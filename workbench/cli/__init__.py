@@ -35,10 +35,19 @@ COMMANDS = (capture, profile_variant_child, import_, ls, show, report, rm, xprof
 """Every command, by module: capture, the child, the traces commands, xprof, analysis, llm, query, ranks."""
 
 
+STORE_LOGGERS = ("fsspec", "s3fs", "gcsfs", "adlfs", "aiobotocore", "botocore")
+"""Loggers of the object stores' clients, which log their failed retries with tracebacks: the error reaches the
+command as an exception, which it words once."""
+
+
 @click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="workbench")
 def main() -> None:
     """Profiling workbench for deep-learning inference: capture, import and compare runs."""
+    import logging
+
+    for name in STORE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 for _command in COMMANDS:

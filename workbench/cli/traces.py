@@ -112,18 +112,20 @@ def ls(out_dir: str | None, as_json: bool) -> None:
     """List the runs under the traces root, oldest first."""
     from workbench.analysis.summary import run_row
     from workbench.trace.bundle import list_bundles
+    from workbench.trace.mirror import shown_root
 
     problems: list[str] = []
     with errors():
         root = checked_root(out_dir, writing=False)
+        where = shown_root(root)
         bundles = list_bundles(root, on_problem=lambda path, message: problems.append(f"{path}: {message}"))
     rows = [run_row(b.run_id, b.info) for b in bundles]
     if as_json:
         print_json(rows)
     elif rows:
-        print_table(runs_table(root, rows), no_wrap=("run",))
+        print_table(runs_table(where, rows), no_wrap=("run",))
     else:
-        out.print(f"no runs in {root} (create some with `workbench capture`)")
+        out.print(f"no runs in {where} (create some with `workbench capture`)")
     for problem in problems:
         err.print(labelled("skipped", "yellow", problem))
 
@@ -146,9 +148,9 @@ def show(run: str, top: int, out_dir: str | None, as_json: bool) -> None:
         _print_summary(summary)
 
 
-def runs_table(root: Path, rows: list[dict[str, Any]]) -> TextTable:
-    """The runs of the traces root (`run_row`s), as `ls` lists them."""
-    return TextTable(f"runs in {root}", RUN_COLUMNS, tuple(
+def runs_table(where: str, rows: list[dict[str, Any]]) -> TextTable:
+    """The runs of the traces root `where` (`run_row`s), as `ls` lists them."""
+    return TextTable(f"runs in {where}", RUN_COLUMNS, tuple(
         cells(row["run"], row["model"] or "-", row["variant"] or "-", row["device"] or "-", row["status"],
               median_cell(row["p50_ms"], row["noise"]), row["experiment"] or "-", row["created"][:19]) for row in rows),
         left=frozenset(RUN_COLUMNS) - {"p50 ms"})

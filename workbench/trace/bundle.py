@@ -380,20 +380,27 @@ def open_bundle(ref: str | Path, root: str | Path, *, allow_paths: bool = True) 
             if os.path.lexists(root / ref):
                 return _read_bundle(resolve_inside(root, root / ref, f"run {ref!r}"), ref, ref)
             if not allow_paths or not os.path.lexists(ref):
-                raise BundleError(f"no run {ref!r} in {root}")
+                raise BundleError(f"no run {ref!r} in {_shown(root)}")
         elif not allow_paths:
             raise BundleError(f"{str(ref)!r} is not a run id")
         path = Path(ref).expanduser()
         if path.name == RUN_JSON and path.is_file():
             path = path.parent
         if not path.exists():
-            raise BundleError(f"no run {str(ref)!r}: neither a run id in {root} nor an existing path")
+            raise BundleError(f"no run {str(ref)!r}: neither a run id in {_shown(root)} nor an existing path")
         path = path.resolve()
         return _read_bundle(path, path.name, ref)
     except BundleError as exc:
         raise BundleError(f"{exc}; {_FIND_IDS}") from exc.__cause__
     except OSError as exc:  # a name too long for the file system, a path through a file...
         raise BundleError(f"no run {str(ref)!r}: {exc.strerror or exc}; {_FIND_IDS}") from exc
+
+
+def _shown(root: Path) -> str:
+    """`root` as messages name it (the URL of a mirrored one: `workbench.trace.mirror`)."""
+    from workbench.trace.mirror import shown_root
+
+    return shown_root(root)
 
 
 def _read_bundle(path: Path, run_id: str, ref: str | Path) -> Bundle:

@@ -55,7 +55,8 @@ def mirror_root(root: Location) -> Path:
         with _locked(mirror):
             _sync(root, mirror)
     except OSError as exc:
-        raise WorkbenchError(f"traces root {root.url}: cannot mirror it into {mirror}: {exc}") from exc
+        raise WorkbenchError(f"traces root {root.url}: cannot list or copy it: {exc} (its local mirror: {mirror})") \
+            from exc
     return mirror
 
 
@@ -103,6 +104,12 @@ def remote_root(folder: Path) -> Location | None:
     if not marker.is_file():
         return None
     return location(json.loads(marker.read_text(encoding="utf-8"))["url"])
+
+
+def shown_root(folder: Path) -> str:
+    """How messages name the traces root `folder`: the URL it mirrors, else the folder."""
+    remote = remote_root(folder)
+    return remote.url if remote is not None else str(folder)
 
 
 def remote_bundle(folder: Path) -> dict[str, Any] | None:
