@@ -106,8 +106,10 @@ def test_a_rank_opens_its_tables_copied_down(api, mirror, imported, memory):
     kernels = sorted(events.loc[events["kind"] == "kernel", "name"].unique())
     found = api.ok("GET", f"runs/{run_id}/search?q={kernels[0]}")
     assert found["count"] == int((events["name"] == kernels[0]).sum())
-    ranks = json.dumps(api.ok("POST", "compare", {"runs": imported.run_ids[:2]})["item"])
-    assert "2 ranks on one time axis" in ranks
+    ranks = json.dumps(api.ok("POST", "compare", {"runs": imported.run_ids[2:]})["item"])
+    assert "2 ranks on one time axis" in ranks and "ranks on a URL root" in ranks  # the ranks view alone:
+    assert "ops and kernels aligned across variants" not in ranks  # no comparison, which reads every rank whole
+    assert not (mirror / imported.run_ids[3] / "events.parquet").exists()
 
 
 def test_runs_written_at_the_url_after_start_appear_after_a_refresh(api, mirror, imported, memory, tmp_path,

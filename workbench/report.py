@@ -23,16 +23,16 @@ def report_layout(bundles: Sequence[Bundle]) -> LayoutDOM:
     else the busiest steps, listed to jump to."""
     from workbench.report_spans import report_dashboard
     from workbench.views.experiments import experiments_view
-    from workbench.views.ranks import aggregates_only, bundles_ranks_view
-    from workbench.views.run_kinds import is_rank_set, with_kind_views
+    from workbench.views.run_kinds import runs_layout
 
-    if is_rank_set(bundles) and aggregates_only(bundles) is not None:
-        return bundles_ranks_view(bundles)  # each run's own views would read every rank whole
-    if len(bundles) == 1:
-        return with_kind_views(report_dashboard(bundles[0]), bundles, "runs")
-    panels = [TabPanel(child=experiments_view(bundles), title="compare")]
-    panels += [TabPanel(child=report_dashboard(b), title=display_name(b.record)) for b in bundles]
-    return with_kind_views(Tabs(tabs=panels), bundles, "runs")
+    def views() -> LayoutDOM:
+        if len(bundles) == 1:
+            return report_dashboard(bundles[0])
+        panels = [TabPanel(child=experiments_view(bundles), title="compare")]
+        panels += [TabPanel(child=report_dashboard(b), title=display_name(b.record)) for b in bundles]
+        return Tabs(tabs=panels)
+
+    return runs_layout(views, bundles, "runs")
 
 
 def write_report(layout: LayoutDOM, path: str | os.PathLike[str], title: str) -> Path:

@@ -288,9 +288,9 @@ class CompareHandler(WorkbenchHandler):
     @tornado.web.authenticated
     async def post(self) -> None:
         """The comparison of two or more runs, `{"runs": [ids], "width": pixels}`, as a Bokeh json_item, after the
-        views their kind adds (`views.run_kinds`: the ranks view of a job's ranks)."""
+        views their kind adds (`views.run_kinds`: the ranks view of a job's ranks; alone for a large job)."""
         from workbench.views.experiments import experiments_view
-        from workbench.views.run_kinds import with_kind_views
+        from workbench.views.run_kinds import runs_layout
 
         body = self.body_object(("runs", "width"))
         ids = body.get("runs")
@@ -301,7 +301,7 @@ class CompareHandler(WorkbenchHandler):
         sized = _sized(body.get("width"))
         bundles = [self.open_run(run_id) for run_id in ids]
         self.reply({"runs": ids, "item": await self.in_thread(
-            lambda: _item(with_kind_views(experiments_view(bundles, **sized), bundles, "compare", **sized)))})
+            lambda: _item(runs_layout(lambda: experiments_view(bundles, **sized), bundles, "compare", **sized)))})
 
 
 def _sized(value: Any) -> dict[str, int]:

@@ -6,7 +6,7 @@ notebook) places them through `with_kind_views`, so they all show the same.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from bokeh.models import LayoutDOM, TabPanel, Tabs
 
@@ -45,3 +45,15 @@ def with_kind_views(layout: LayoutDOM, bundles: Sequence[Bundle], title: str, *,
     if not panels:
         return layout
     return Tabs(tabs=[*panels, TabPanel(child=layout, title=title)])
+
+
+def runs_layout(views: Callable[[], LayoutDOM], bundles: Sequence[Bundle], title: str, *,
+                width: int | None = None) -> LayoutDOM:
+    """`with_kind_views(views(), ...)`, except for the ranks of a job too large to read here or on a URL root
+    (`views.ranks.aggregates_only`): their ranks view alone, since the views every run has would read every
+    rank whole."""
+    from workbench.views.ranks import aggregates_only, bundles_ranks_view
+
+    if is_rank_set(bundles) and aggregates_only(bundles) is not None:
+        return bundles_ranks_view(bundles, **({} if width is None else {"width": width}))
+    return with_kind_views(views(), bundles, title, width=width)
