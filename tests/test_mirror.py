@@ -19,7 +19,8 @@ from workbench.rank_import import import_rank_job
 from workbench.storage import location
 from workbench.trace.bundle import RUN_JSON, TABLES, list_bundles, open_bundle
 from workbench.trace.experiment import list_experiments
-from workbench.trace.mirror import REMOTE_JSON, mirror_root, remote_root
+from workbench.trace.mirror import mirror_root
+from workbench.trace.mirror_bundle import REMOTE_JSON, remote_root
 
 ROOT = "/mirrored"
 URL = f"memory://{ROOT.lstrip('/')}"

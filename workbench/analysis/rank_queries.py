@@ -20,7 +20,7 @@ from workbench.distributed import Engine, Failure, LocalEngine
 from workbench.errors import BundleError, WorkbenchError
 from workbench.storage import Location, location
 from workbench.trace.bundle import EXPERIMENTS_DIR, RUN_JSON, TABLES, Bundle, is_valid_run_id, open_bundle
-from workbench.trace.mirror import remote_root
+from workbench.trace.mirror_bundle import remote_root
 from workbench.trace.model import Trace
 from workbench.trace.records import ExperimentRecord
 

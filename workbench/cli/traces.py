@@ -112,7 +112,7 @@ def ls(out_dir: str | None, as_json: bool) -> None:
     """List the runs under the traces root, oldest first."""
     from workbench.analysis.summary import run_row
     from workbench.trace.bundle import list_bundles
-    from workbench.trace.mirror import shown_root
+    from workbench.trace.mirror_bundle import shown_root
 
     problems: list[str] = []
     with errors():

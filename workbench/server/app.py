@@ -40,7 +40,8 @@ from workbench.server.model_policy import ModelPolicy
 from workbench.server.span_handlers import span_handlers
 from workbench.server.state import ServerState
 from workbench.storage import is_url, location
-from workbench.trace.mirror import mirror_folder, mirror_root, remote_root
+from workbench.trace.mirror import mirror_folder, mirror_root
+from workbench.trace.mirror_bundle import remote_root
 
 
 class WorkbenchServerApp(ExtensionApp):

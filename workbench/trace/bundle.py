@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 
 from workbench.errors import BundleError, write_error
 from workbench.limits import MAX_RUN_ID_LEN
+from workbench.trace.mirror_bundle import download_bundle, remote_bundle, shown_root
 from workbench.trace.model import Trace
 from workbench.trace.records import READABLE_VERSIONS, RunInfo
 from workbench.trace.schema import SCHEMA_VERSION
@@ -187,15 +188,11 @@ class Bundle:
     def local_files(self) -> Path:
         """The bundle's folder with all its files on this disk: a bundle of a URL traces root, mirrored
         (`workbench.trace.mirror`), copies its files down on first use."""
-        from workbench.trace.mirror import download_bundle
-
         download_bundle(self.path)
         return self.path
 
     def _has(self, relative: str) -> bool:
         """Whether the bundle has the file `relative`, here or (mirrored) at its URL."""
-        from workbench.trace.mirror import remote_bundle
-
         remote = remote_bundle(self.path)
         return relative in remote["files"] if remote is not None else (self.path / relative).is_file()
 
@@ -380,27 +377,20 @@ def open_bundle(ref: str | Path, root: str | Path, *, allow_paths: bool = True) 
             if os.path.lexists(root / ref):
                 return _read_bundle(resolve_inside(root, root / ref, f"run {ref!r}"), ref, ref)
             if not allow_paths or not os.path.lexists(ref):
-                raise BundleError(f"no run {ref!r} in {_shown(root)}")
+                raise BundleError(f"no run {ref!r} in {shown_root(root)}")
         elif not allow_paths:
             raise BundleError(f"{str(ref)!r} is not a run id")
         path = Path(ref).expanduser()
         if path.name == RUN_JSON and path.is_file():
             path = path.parent
         if not path.exists():
-            raise BundleError(f"no run {str(ref)!r}: neither a run id in {_shown(root)} nor an existing path")
+            raise BundleError(f"no run {str(ref)!r}: neither a run id in {shown_root(root)} nor an existing path")
         path = path.resolve()
         return _read_bundle(path, path.name, ref)
     except BundleError as exc:
         raise BundleError(f"{exc}; {_FIND_IDS}") from exc.__cause__
     except OSError as exc:  # a name too long for the file system, a path through a file...
         raise BundleError(f"no run {str(ref)!r}: {exc.strerror or exc}; {_FIND_IDS}") from exc
-
-
-def _shown(root: Path) -> str:
-    """`root` as messages name it (the URL of a mirrored one: `workbench.trace.mirror`)."""
-    from workbench.trace.mirror import shown_root
-
-    return shown_root(root)
 
 
 def _read_bundle(path: Path, run_id: str, ref: str | Path) -> Bundle:

@@ -90,7 +90,7 @@ def bundles_ranks_view(bundles: Sequence[Bundle], *, width: int = 1100, threshol
 def aggregates_only(bundles: Sequence[Bundle]) -> str | None:
     """Why the ranks `bundles` are shown by their aggregates alone (more than `MAX_TIMELINE_RANKS` of them, or on
     a URL traces root), or None when their traces may be read here."""
-    from workbench.trace.mirror import remote_bundle
+    from workbench.trace.mirror_bundle import remote_bundle
 
     if len(bundles) > MAX_TIMELINE_RANKS:
         return f"more than {MAX_TIMELINE_RANKS} ranks"
