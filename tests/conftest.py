@@ -1,12 +1,16 @@
-"""Shared test helpers: where the real-trace fixtures live, and a writer for tiny inline traces."""
+"""Shared test helpers: where the real-trace fixtures live, a writer for tiny inline traces, and fsspec's
+memory filesystem emptied around a test."""
 
 from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import pytest
 
 FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
@@ -73,3 +77,21 @@ def payload_report(tmp_path: Path) -> Path:
     written = runner.invoke(main, ["report", run_id, "--out", str(root), "-o", str(report)])
     assert written.exit_code == 0, written.output
     return report
+
+
+@contextmanager
+def emptied_memory(*folders: str) -> Iterator[fsspec.AbstractFileSystem]:
+    """fsspec's memory filesystem (one per process, shared by every test) with `folders` removed before and
+    after, so a test meets none of another's files and leaves none behind."""
+    fs = fsspec.filesystem("memory")
+
+    def empty() -> None:
+        for folder in folders:
+            if fs.exists(folder):
+                fs.rm(folder, recursive=True)
+
+    empty()
+    try:
+        yield fs
+    finally:
+        empty()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import fsspec
 import pytest
 from click.testing import CliRunner
+from conftest import emptied_memory
 from test_multirank import SLOW_RANK, STEP_US, _write_job
 
 from workbench.analysis import rank_queries
@@ -98,13 +100,9 @@ def test_threshold_above_the_slow_ranks_excess_flags_nobody(imported) -> None:
 
 
 @pytest.fixture
-def memory() -> fsspec.AbstractFileSystem:
-    fs = fsspec.filesystem("memory")
-    if fs.exists(MEMORY_ROOT):
-        fs.rm(MEMORY_ROOT, recursive=True)
-    yield fs
-    if fs.exists(MEMORY_ROOT):
-        fs.rm(MEMORY_ROOT, recursive=True)
+def memory() -> Iterator[fsspec.AbstractFileSystem]:
+    with emptied_memory(MEMORY_ROOT) as fs:
+        yield fs
 
 
 def test_url_root(job: Path, imported, memory) -> None:

@@ -5,11 +5,13 @@ mirror, writing commands refuse a URL root, and the ranks view of a remote job c
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import fsspec
 import pytest
 from click.testing import CliRunner
+from conftest import emptied_memory
 from test_multirank import NAMES, SLOW_RANK, _write_job
 
 from workbench.cli import main
@@ -27,15 +29,11 @@ URL = f"memory://{ROOT.lstrip('/')}"
 
 
 @pytest.fixture
-def memory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> fsspec.AbstractFileSystem:
+def memory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[fsspec.AbstractFileSystem]:
     """The memory filesystem, emptied before and after; mirrors in a temporary cache."""
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
-    fs = fsspec.filesystem("memory")
-    if fs.exists(ROOT):
-        fs.rm(ROOT, recursive=True)
-    yield fs
-    if fs.exists(ROOT):
-        fs.rm(ROOT, recursive=True)
+    with emptied_memory(ROOT) as fs:
+        yield fs
 
 
 @pytest.fixture

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import fsspec
 import pyarrow.parquet as pq
 import pytest
+from conftest import emptied_memory
 from test_multirank import NAMES, _write_job
 
 from workbench.rank_import import RankImport, import_rank_job
@@ -42,14 +44,9 @@ def job(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def memory() -> fsspec.AbstractFileSystem:
-    fs = fsspec.filesystem("memory")
-    top = "/" + ROOT.split("/")[1]
-    if fs.exists(top):
-        fs.rm(top, recursive=True)
-    yield fs
-    if fs.exists(top):
-        fs.rm(top, recursive=True)
+def memory() -> Iterator[fsspec.AbstractFileSystem]:
+    with emptied_memory("/" + ROOT.split("/")[1]) as fs:
+        yield fs
 
 
 @pytest.fixture

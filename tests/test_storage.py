@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import fsspec
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import emptied_memory
 from test_multirank import NAMES, SLOW_RANK, _write_job
 
 from workbench.analysis.rank_queries import job_aggregates
@@ -31,15 +33,9 @@ def job(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def memory() -> fsspec.AbstractFileSystem:
-    fs = fsspec.filesystem("memory")
-    for folder in ("/jobs", "/traces"):
-        if fs.exists(folder):
-            fs.rm(folder, recursive=True)
-    yield fs
-    for folder in ("/jobs", "/traces"):
-        if fs.exists(folder):
-            fs.rm(folder, recursive=True)
+def memory() -> Iterator[fsspec.AbstractFileSystem]:
+    with emptied_memory("/jobs", "/traces") as fs:
+        yield fs
 
 
 def _upload(fs: fsspec.AbstractFileSystem, folder: Path) -> str:
