@@ -243,8 +243,8 @@ def traces_version(root: Path) -> str:
 
 def mirror_version(mirror: Path, url: str) -> str:
     """`traces_version` for the mirror of the URL root `url`: a digest of its run ids with the times of their
-    run.json, and of its record names. The folders' own times will not do: each refresh rewrites the mirror's
-    marker file, and opening a run replaces its folder by the copied-down one (its run.json's time kept)."""
+    run.json, and of its record names. The folders' own times will not do: opening a run replaces its folder
+    by the copied-down one (its run.json's time kept), which is no change of the runs."""
     runs = [f"{run.name}@{_mtime_ns(run / RUN_JSON)}" for run in _visible(mirror) if run.name != EXPERIMENTS_DIR]
     records = [record.name for record in _visible(mirror / EXPERIMENTS_DIR)]
     return f"{url}:{hashlib.sha256(chr(10).join(runs + records).encode()).hexdigest()[:16]}"

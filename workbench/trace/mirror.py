@@ -27,8 +27,8 @@ from pathlib import Path, PurePosixPath
 from workbench.errors import BundleError, WorkbenchError
 from workbench.storage import Location
 from workbench.trace.bundle import EXPERIMENTS_DIR, RUN_JSON, is_valid_run_id
-from workbench.trace.mirror_bundle import REMOTE_JSON, ROOT_JSON, locked, remote_bundle, write_atomic
-from workbench.trace.scratch import make_scratch_dir, scratch_name
+from workbench.trace.mirror_bundle import REMOTE_JSON, ROOT_JSON, locked, remote_bundle, replace_folder, write_atomic
+from workbench.trace.scratch import make_scratch_dir
 
 CACHE_ENV = "WORKBENCH_CACHE"
 """Environment variable naming the folder of the mirrors (default: ~/.cache/workbench)."""
@@ -105,11 +105,7 @@ def _sync_bundle(source: Location, folder: Path, files: dict[str, int]) -> None:
         write_atomic(stage / RUN_JSON, source.join(RUN_JSON).read_text())
         complete = set(files) == {RUN_JSON}
         write_atomic(stage / REMOTE_JSON, json.dumps({"url": source.url, "files": files, "complete": complete}))
-        if folder.exists():
-            doomed = folder.with_name(scratch_name("deleting", folder.name))
-            os.rename(folder, doomed)
-            shutil.rmtree(doomed, ignore_errors=True)
-        os.rename(stage, folder)
+        replace_folder(folder, stage)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise

@@ -90,13 +90,21 @@ def _download(folder: Path, marker: dict[str, Any]) -> None:
             else:
                 fs.get_file(source.join(relative).path, str(target))
         write_atomic(stage / REMOTE_JSON, json.dumps({**marker, "complete": True}))
-        doomed = folder.with_name(scratch_name("deleting", folder.name))
-        os.rename(folder, doomed)
-        os.rename(stage, folder)
-        shutil.rmtree(doomed, ignore_errors=True)
+        replace_folder(folder, stage)
     except (OSError, ValueError) as exc:
         shutil.rmtree(stage, ignore_errors=True)
         raise BundleError(f"run {folder.name!r}: cannot copy it down from {source.url}: {exc}") from exc
+
+
+def replace_folder(folder: Path, stage: Path) -> None:
+    """Put the finished folder `stage` in the place of `folder` (if there is one): the old one is renamed away
+    first and removed after, so a reader meets the old folder or the new one, never a half of either."""
+    doomed = folder.with_name(scratch_name("deleting", folder.name)) if folder.exists() else None
+    if doomed is not None:
+        os.rename(folder, doomed)
+    os.rename(stage, folder)
+    if doomed is not None:
+        shutil.rmtree(doomed, ignore_errors=True)
 
 
 def write_atomic(path: Path, text: str) -> None:
