@@ -127,6 +127,16 @@ def test_cli_imports_into_a_file_url_root(job: Path, tmp_path: Path) -> None:
     assert not [p for p in root.iterdir() if p.name.startswith(".")]  # no staging or scratch left
 
 
+def test_cli_imports_into_a_url_root_named_by_the_environment(job: Path, memory, monkeypatch) -> None:
+    monkeypatch.setenv("WORKBENCH_TRACES", "memory://traces")  # no --out: the URL root comes from the environment
+    result = CliRunner().invoke(main, ["import", "--ranks", str(job), "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["failed"] == {} and len(out["runs"]) == len(NAMES)
+    assert memory.exists(f"/traces/experiments/{out['experiment']}.json")
+    assert all(memory.exists(f"/traces/{run_id}/run.json") for run_id in out["runs"])
+
+
 def test_cluster_without_ray_says_how_to_get_it(job: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     from workbench.distributed import engine_for

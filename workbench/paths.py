@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
-from workbench.storage import is_url
+from workbench.storage import is_url, location
 
 TRACES_ENV = "WORKBENCH_TRACES"
 """Environment variable that sets the traces root when no `--out` is given."""
@@ -24,9 +24,9 @@ def checked_root(out: str | Path | None = None, *, writing: bool) -> Path:
     created and written in. Raises WorkbenchError naming the root and where it was set otherwise (a
     `$WORKBENCH_TRACES` pointing at a file, `--out` under a file, a read-only folder, a name too long)."""
     origin = "--out" if out is not None else f"${TRACES_ENV}" if os.environ.get(TRACES_ENV) else "the default"
-    chosen = out if out is not None else os.environ.get(TRACES_ENV)
-    if chosen is not None and is_url(str(chosen)):
-        return _url_root(str(chosen), origin, writing=writing)
+    url = _chosen_url(out)
+    if url is not None:
+        return _url_root(url, origin, writing=writing)
     root = traces_root(out)
     where = f"traces root {root} (from {origin})"
     if writing:
@@ -36,20 +36,23 @@ def checked_root(out: str | Path | None = None, *, writing: bool) -> Path:
     return root
 
 
-def root_where_it_lies(out: str | Path | None = None) -> str | Path:
-    """The traces root for work that reads bundles where they lie (`workbench.analysis.rank_queries`): a URL
-    (`out`, else `$WORKBENCH_TRACES`) as it is, with no local mirror made; a folder `checked_root` checked."""
+def root_where_it_lies(out: str | Path | None = None, *, writing: bool = False) -> str | Path:
+    """The traces root for work that reads or writes bundles where they lie (`workbench import --ranks`,
+    `workbench.analysis.rank_queries`): a URL (`out`, else `$WORKBENCH_TRACES`) as it is, with no local mirror
+    made; a folder `checked_root` checked."""
+    url = _chosen_url(out)
+    return url if url is not None else checked_root(out, writing=writing)
+
+
+def _chosen_url(out: str | Path | None) -> str | None:
+    """The URL `out` (else `$WORKBENCH_TRACES`) names as the traces root, or None for a folder."""
     chosen = out if out is not None else os.environ.get(TRACES_ENV)
-    if chosen is not None and is_url(str(chosen)):
-        return str(chosen)
-    return checked_root(out, writing=False)
+    return str(chosen) if chosen is not None and is_url(str(chosen)) else None
 
 
 def _url_root(url: str, origin: str, *, writing: bool) -> Path:
     """The folder to use for the URL traces root `url`: the local folder of a `file://` URL, else (reading) its
     local mirror (`workbench.trace.mirror`); writing goes only through `workbench import --ranks`."""
-    from workbench.storage import location
-
     where = location(url)
     if where.is_local:
         return checked_root(where.local_path, writing=writing)

@@ -13,7 +13,7 @@ from rich.text import Text
 from workbench.cli.options import json_option, out_option
 from workbench.cli.render import err, errors, labelled, nothing, out, print_json, print_kv, print_table, progress
 from workbench.errors import EXIT_PARTIAL
-from workbench.paths import checked_output, checked_root
+from workbench.paths import checked_output, checked_root, root_where_it_lies
 from workbench.views.text_tables import Cell, TextTable, cells, format_number
 
 RUN_COLUMNS = ("run", "model", "variant", "device", "status", "p50 ms", "experiment", "created")
@@ -74,12 +74,11 @@ def _import_ranks(files: tuple[Path, ...], folder: str, align: str, cluster: str
     """`import --ranks FOLDER`: print the experiment id and the run id of each rank; the files that failed on
     stderr, with exit code 1 (`EXIT_PARTIAL`); with `strict`, the first failure is the error (exit code 2)."""
     from workbench.rank_import import import_rank_job
-    from workbench.storage import is_url
 
     if files:
         raise click.UsageError("give either trace files or --ranks FOLDER, not both")
     with errors():
-        root = out_dir if out_dir is not None and is_url(out_dir) else checked_root(out_dir, writing=True)
+        root = root_where_it_lies(out_dir, writing=True)
     with errors(), progress(as_json, False) as bars:
         imported = import_rank_job(folder, root, align=align, cluster=cluster, keep_going=not strict,
                                    progress=bars)
