@@ -18,6 +18,9 @@ from workbench.trace import Trace
 EVENT_COLUMNS = ["start_ns", "dur_ns", "name", "kind", "device", "pid", "parent", "depth", "launcher", "bytes",
                  "dtypes"]
 """Event columns the detectors read (`FindingContext.events`)."""
+MAX_DEVICES = 64
+"""Devices the detectors look at, the busiest first: a trace naming thousands of devices (a hostile upload, a
+mislabelled export) costs the findings no more than a node of real accelerators."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,8 @@ class Finding:
 
 @dataclass
 class FindingContext:
-    """What the detectors share: events (in the window), busy intervals per device, reference spans."""
+    """What the detectors share: events (in the window), busy intervals per device (the `MAX_DEVICES`
+    busiest), reference spans."""
 
     trace: Trace
     window: tuple[int, int] | None
@@ -79,17 +83,23 @@ class FindingContext:
         else:
             self.trace_span_ns = max(int(events["end_ns"].max() - events["start_ns"].min()), 1) if len(events) else 1
         self.events = events
-        self.busy = busy_by_device(self.trace, self.window)
+        busy = busy_by_device(self.trace, self.window)
+        busiest = sorted(busy, key=lambda device: -busy[device].busy_ns)[:MAX_DEVICES]
+        self.busy = {device: busy[device] for device in sorted(busiest)}
         self.host = HostActivity(self.trace)
+        self._work_by_device: dict[str, pd.DataFrame] | None = None
 
     def named(self, pattern: re.Pattern[str]) -> pd.Series:
         """Which events' names match `pattern` (from their start)."""
         return pd.Series(names_where(self.events["name"], lambda n: n.str.match(pattern)), index=self.events.index)
 
     def device_work(self, device: str) -> pd.DataFrame:
-        """The device's work events, in time order."""
-        work = self.events[(self.events["device"] == device) & self.events["kind"].isin(DEVICE_WORK_KINDS)]
-        return work.sort_values(["start_ns", "row"], kind="stable")
+        """The device's work events, in time order (split by device once, for all detectors)."""
+        if self._work_by_device is None:
+            work = self.events[self.events["device"].isin(self.busy) & self.events["kind"].isin(DEVICE_WORK_KINDS)]
+            work = work.sort_values(["start_ns", "row"], kind="stable")
+            self._work_by_device = dict(tuple(work.groupby("device", sort=False)))
+        return self._work_by_device.get(device, self.events.iloc[:0])
 
 
 def top_names(rows: pd.DataFrame, top: int = 5) -> list[dict[str, Any]]:

@@ -120,9 +120,9 @@ def busy_by_device(trace: Trace, window: tuple[int, int] | None = None) -> dict[
         return {}
     lane, merged_start, merged_end = union_intervals(codes, start[keep], end[keep], _bound(start[keep], end[keep]))
     result = {}
+    bounds = np.searchsorted(lane, np.arange(len(devices) + 1))  # the union comes in lane order
     for code, device in enumerate(devices):
-        mine = lane == code
-        s, e = merged_start[mine], merged_end[mine]
+        s, e = merged_start[bounds[code]:bounds[code + 1]], merged_end[bounds[code]:bounds[code + 1]]
         span = window if window is not None else (int(s[0]), int(e[-1]))
         result[str(device)] = DeviceBusy(str(device), s, e, int(span[0]), int(span[1]))
     return dict(sorted(result.items()))

@@ -22,15 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from workbench.analysis.timeline import PHASE_NAMES, STEP_NAME, lanes_of
+from workbench.analysis.timeline import PHASE_NAMES, STEP_NAME, lane_of_rows, lanes_of
 from workbench.errors import BundleError
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 """What `build` computes, versioned: an index file of another version is built again."""
 INDEX_COLUMNS = ("start_ns", "dur_ns", "name", "kind", "device", "track", "parent", "depth", "launcher", "flops",
                  "shapes")
@@ -63,11 +62,8 @@ def _build(events: pq.ParquetFile) -> dict[str, Any]:
 
     placed = read("track", "device", "depth")
     lane_table = lanes_of(placed)
-    tracks, track = _dictionary(placed["track"])
+    lane = lane_of_rows(placed, lane_table)
     del placed
-    lane_of_track = pd.Series(lane_table["lane"].to_numpy(), index=lane_table["track"]).reindex(tracks)
-    lane = lane_of_track.to_numpy(dtype=np.int32)[track]
-    del track
     start = read("start_ns")["start_ns"].to_numpy()
     order = _lane_start_order(lane, start)
     n = len(order)

@@ -42,7 +42,7 @@ INDEX_FILE = "events.index"
 """The index file's name, beside events.parquet in a bundle."""
 MAX_OPEN_RUNS = 4
 """Runs `RUNS` keeps open (a 10M-event run takes under 1 GiB)."""
-_LANE_INTEGERS = ("lane", "events", "max_depth")
+_LANE_INTEGERS = ("lane", "events", "max_depth", "tracks")
 
 
 @dataclass(frozen=True, eq=False)

@@ -78,7 +78,8 @@ def window(run: RunRef, start_ns: int, end_ns: int, width_px: int, *, max_spans:
     out_lanes = []
     for lane, info in lanes.iterrows():
         entry = {"lane": int(lane), "device": info["device"], "track": info["track"], "label": info["label"],
-                 "rows": int(info["max_depth"]) + 1, "events": int(info["events"]), "in_window": counts[lane]}
+                 "rows": int(info["max_depth"]) + 1, "events": int(info["events"]), "tracks": int(info["tracks"]),
+                 "in_window": counts[lane]}
         if lane in with_spans:
             entry |= {"mode": "spans", "bins": None,
                       "spans": _spans(index, index.overlapping(lane, start_ns, end_ns), names, shapes)}

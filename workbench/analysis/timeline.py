@@ -35,6 +35,16 @@ SPAN_COLUMNS = ("row", "lane", "depth", "start_ns", "end_ns", "dur_ns", "name", 
                 "launcher", "launched")
 """Columns of `spans`, in order."""
 
+LANE_COLUMNS = ("lane", "device", "track", "label", "events", "max_depth", "tracks")
+"""Columns of `lanes`, in order."""
+
+MAX_LANES = 64
+"""Lanes a timeline draws at most by default; past it the quietest tracks fold (`fold_lanes`)."""
+FOLDED_TRACK = "{device}/…more"
+"""`track` of a device's folded lane (no reader names a track so)."""
+OTHER_DEVICES = "other devices"
+"""`device` of the lane holding the quietest devices' tracks, when a trace has too many devices for a lane each."""
+
 DENSITY_COLUMNS = ("level", "lane", "bin", "start_ns", "end_ns", "busy", "count", "kind", "name")
 """Columns of `Density.cells`, in order."""
 
@@ -60,29 +70,35 @@ class Density:
         return self.span_ns / self.bins[level]
 
 
-def lanes(trace: Trace) -> pd.DataFrame:
-    """One row per track, in drawing order.
+def lanes(trace: Trace, max_lanes: int = MAX_LANES) -> pd.DataFrame:
+    """One row per lane, in drawing order: a track, or a group of quiet tracks folded into one lane.
 
-    | lane | device | track | label | events | max_depth |
+    | lane | device | track | label | events | max_depth | tracks |
 
     Devices come CPU first, then accelerators by type and index (cuda:0, cuda:1, ..., tpu:0). Within
     the CPU, threads are ordered by activity (most events first); within a device, by the number in
-    the track (stream 7 before stream 20). `label` is the track without its device prefix.
+    the track (stream 7 before stream 20). `label` is the track without its device prefix. Past
+    `max_lanes` tracks, the quietest fold (`fold_lanes`): what a view draws stays bounded by what fits
+    on a screen, not by how many threads a trace names. `tracks` counts the tracks in the lane.
     """
-    return lanes_of(trace.events)
+    return lanes_of(trace.events, max_lanes)
 
 
-def lanes_of(events: pa.Table) -> pd.DataFrame:
+def lanes_of(events: pa.Table, max_lanes: int = MAX_LANES) -> pd.DataFrame:
     """`lanes` from an events table holding at least the `track`, `device` and `depth` columns (the span
     index reads only the columns it needs from a bundle)."""
-    track_codes, track_names = _codes(events["track"])
-    device_codes, device_names = _codes(events["device"])
+    return fold_lanes(track_table(events), max_lanes)
+
+
+def track_table(events: pa.Table) -> pd.DataFrame:
+    """One row per track, in drawing order (see `lanes`): | device | track | label | events | max_depth |."""
+    track_codes, track_names = dictionary_codes(events["track"])
+    device_codes, device_names = dictionary_codes(events["device"])
     depth = _numpy(events["depth"])
     # per track code: counts, first row and deepest depth, without sorting the rows (ten million of them)
     counts = np.bincount(track_codes, minlength=len(track_names))
     present = np.flatnonzero(counts)
-    first_row = np.full(len(track_names), len(track_codes), dtype=np.int64)
-    np.minimum.at(first_row, track_codes, np.arange(len(track_codes)))
+    first_row = first_rows(track_codes, len(track_names))
     max_depth = np.full(len(track_names), np.iinfo(depth.dtype).min, dtype=depth.dtype)
     np.maximum.at(max_depth, track_codes, depth)
     table = pd.DataFrame({
@@ -93,10 +109,99 @@ def lanes_of(events: pa.Table) -> pd.DataFrame:
     })
     pairs = zip(table["track"], table["device"], strict=True)
     table["label"] = [_strip_device(track, device) for track, device in pairs]
-    order = sorted(range(len(table)), key=lambda i: _lane_key(table.iloc[i]))
-    table = table.iloc[order].reset_index(drop=True)
+    keys = [_lane_key(device, label, events) for device, label, events
+            in zip(table["device"], table["label"], table["events"], strict=True)]
+    order = sorted(range(len(table)), key=keys.__getitem__)
+    return table.iloc[order].reset_index(drop=True)[["device", "track", "label", "events", "max_depth"]]
+
+
+def fold_lanes(tracks: pd.DataFrame, max_lanes: int = MAX_LANES) -> pd.DataFrame:
+    """The lanes of a `track_table`: each track its own lane while they number at most `max_lanes`, else
+    the quietest fold into one lane per device (`FOLDED_TRACK`, "N more threads") and, past `max_lanes // 2`
+    devices, the quietest devices into one `OTHER_DEVICES` lane. Each device gets a share of the lanes
+    (the busiest devices' tracks first, then evenly), keeping its busiest tracks in drawing order."""
+    if len(tracks) <= max_lanes:
+        return _numbered(tracks.assign(tracks=np.ones(len(tracks), dtype=np.int64)))
+    device_events = tracks.groupby("device", sort=False)["events"].sum()
+    busiest = device_events.sort_values(ascending=False, kind="stable")
+    kept_devices = busiest.index[:max(max_lanes // 2 - 1, 1)] if len(busiest) > max_lanes // 2 else busiest.index
+    kept = tracks[tracks["device"].isin(kept_devices)]
+    budget = max_lanes - (len(kept) < len(tracks))
+    quota = _lane_quota(kept.groupby("device", sort=False).size(), budget)
+    parts = []
+    for device, group in kept.groupby("device", sort=False):
+        share = int(quota[device])
+        if len(group) <= share:
+            parts.append(group.assign(tracks=1))
+            continue
+        busy = group.sort_values("events", ascending=False, kind="stable").index[:share - 1]
+        folded = group.drop(index=busy)
+        parts.append(group.loc[sorted(busy)].assign(tracks=1))
+        parts.append(_folded(folded, device, FOLDED_TRACK.format(device=device),
+                             f"{len(folded):,} more {_track_noun(folded)}"))
+    others = tracks[~tracks["device"].isin(kept_devices)]
+    if len(others):
+        parts.append(_folded(others, OTHER_DEVICES, FOLDED_TRACK.format(device=OTHER_DEVICES),
+                             f"{others['device'].nunique():,} more devices"))
+    return _numbered(pd.concat(parts, ignore_index=True))
+
+
+def lane_of_rows(events: pa.Table, lane_table: pd.DataFrame) -> np.ndarray:
+    """The lane of every event row (int32), given the `lanes` table of the same events: a track of its own
+    lane, else its device's folded lane, else the `OTHER_DEVICES` lane."""
+    track_codes, track_names = dictionary_codes(events["track"])
+    device_codes, device_names = dictionary_codes(events["device"])
+    first = first_rows(track_codes, len(track_names))
+    used = first < len(track_codes)
+    devices = np.full(len(track_names), "", dtype=object)
+    devices[used] = device_names[device_codes[first[used]]]
+    return track_lanes(track_names, devices, lane_table)[track_codes]
+
+
+def track_lanes(tracks: np.ndarray, devices: np.ndarray, lane_table: pd.DataFrame) -> np.ndarray:
+    """The lane (int32) of each track, given its device and the `lanes` table (see `lane_of_rows`); -1 for a
+    track the table cannot place."""
+    lane_by_track = dict(zip(lane_table["track"], lane_table["lane"], strict=True))
+    other = lane_by_track.get(FOLDED_TRACK.format(device=OTHER_DEVICES), -1)
+    return np.array([lane_by_track.get(track, lane_by_track.get(FOLDED_TRACK.format(device=device), other))
+                     for track, device in zip(tracks, devices, strict=True)], dtype=np.int32)
+
+
+def first_rows(codes: np.ndarray, size: int) -> np.ndarray:
+    """The first row holding each of `size` codes (`len(codes)` for a code that no row holds)."""
+    first = np.full(size, len(codes), dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(len(codes)))
+    return first
+
+
+def _lane_quota(sizes: pd.Series, budget: int) -> pd.Series:
+    """Lanes per device (`sizes`: its tracks): the most a device can have such that every device gets up to
+    the same share, and all shares add up to at most `budget`; at least two (a track and its folded lane)."""
+    share = max(budget // max(len(sizes), 1), 2)
+    while share < int(sizes.max()) and np.minimum(sizes, share + 1).sum() <= budget:
+        share += 1
+    return np.minimum(sizes, share)
+
+
+def _folded(group: pd.DataFrame, device: str, track: str, label: str) -> pd.DataFrame:
+    """One lane standing for the tracks of `group`."""
+    return pd.DataFrame({"device": [device], "track": [track], "label": [label],
+                         "events": [int(group["events"].sum())], "max_depth": [int(group["max_depth"].max())],
+                         "tracks": [len(group)]})
+
+
+def _track_noun(group: pd.DataFrame) -> str:
+    """What a device's tracks are called in a folded lane's label: threads, streams or tracks."""
+    if (group["device"] == "cpu").all():
+        return "threads"
+    return "streams" if group["label"].str.startswith("stream").all() else "tracks"
+
+
+def _numbered(table: pd.DataFrame) -> pd.DataFrame:
+    table = table.reset_index(drop=True)
     table.insert(0, "lane", np.arange(len(table), dtype=np.int64))
-    return table[["lane", "device", "track", "label", "events", "max_depth"]]
+    table["tracks"] = table["tracks"].astype(np.int64)
+    return table[list(LANE_COLUMNS)]
 
 
 def spans(trace: Trace, window: tuple[int, int] | None = None, lane_table: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -116,7 +221,7 @@ def spans(trace: Trace, window: tuple[int, int] | None = None, lane_table: pd.Da
     picked = events.select(["name", "kind", "shapes", "flops"]).take(pa.array(rows, type=pa.int64()))
     return pd.DataFrame({
         "row": rows,
-        "lane": _lane_of_rows(trace, lane_table)[rows],
+        "lane": lane_of_rows(trace.events, lane_table)[rows],
         "depth": _numpy(events["depth"])[rows].astype(np.int64),
         "start_ns": start[rows],
         "end_ns": end[rows],
@@ -171,7 +276,7 @@ def phases(trace: Trace) -> pd.DataFrame:
     rows, tier = _markers(trace)
     names = trace.events["name"].take(pa.array(rows, type=pa.int64()))
     start, end = _bounds(trace)
-    device_codes, device_names = _codes(trace.events["device"])
+    device_codes, device_names = dictionary_codes(trace.events["device"])
     table = pd.DataFrame({
         "name": _strings(names),
         "start_ns": start[rows],
@@ -199,9 +304,9 @@ def density(trace: Trace, *, bins: int = 2048, levels: int = 4, lane_table: pd.D
         return Density(0, 1, level_bins, pd.DataFrame(columns=list(DENSITY_COLUMNS)))
     origin = int(start.min())
     span = max(int(end.max()) - origin, 1)
-    lane = _lane_of_rows(trace, lane_table)
-    kind_codes, kind_names = _codes(trace.events["kind"])
-    name_codes, name_names = _codes(trace.events["name"])
+    lane = lane_of_rows(trace.events, lane_table)
+    kind_codes, kind_names = dictionary_codes(trace.events["kind"])
+    name_codes, name_names = dictionary_codes(trace.events["name"])
     depth = _numpy(trace.events["depth"])
     busy_rows = np.flatnonzero(_busy_rows(trace, lane, n_lanes) & (end > start))
     union = union_intervals(lane[busy_rows], start[busy_rows] - origin, end[busy_rows] - origin, span)
@@ -257,21 +362,13 @@ def select_level(density: Density, visible_ns: float, width_px: int) -> int:
     return len(density.bins) - 1
 
 
-def _lane_of_rows(trace: Trace, lane_table: pd.DataFrame) -> np.ndarray:
-    """The lane of every event row (int32), given the `lanes` table of the same trace."""
-    track_codes, track_names = _codes(trace.events["track"])
-    lane_by_track = dict(zip(lane_table["track"], lane_table["lane"], strict=True))
-    lane_of_code = np.array([lane_by_track.get(name, -1) for name in track_names], dtype=np.int32)
-    return lane_of_code[track_codes]
-
-
 def _markers(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """Rows of the step and phase markers and their tier (0 phase, 1 step); see `phases`."""
-    name_codes, dictionary = _codes(trace.events["name"])
+    name_codes, dictionary = dictionary_codes(trace.events["name"])
     tier_of_name = np.array([0 if n in PHASE_NAMES else 1 if STEP_NAME.fullmatch(n) else -1 for n in dictionary],
                             dtype=np.int8)
     tier = tier_of_name[name_codes] if len(dictionary) else np.zeros(len(name_codes), dtype=np.int8)
-    kind_codes, kind_names = _codes(trace.events["kind"])
+    kind_codes, kind_names = dictionary_codes(trace.events["kind"])
     is_annotation = np.isin(kind_codes, np.flatnonzero(kind_names == "annotation"))
     is_op = np.isin(kind_codes, np.flatnonzero(kind_names == "op"))
     rows = np.flatnonzero((is_annotation & (tier >= 0)) | (is_op & (tier == 1)))
@@ -281,7 +378,7 @@ def _markers(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 def _busy_rows(trace: Trace, lane: np.ndarray, n_lanes: int) -> np.ndarray:
     """Which rows' span time counts as busy: all but annotations and step markers, unless a lane holds
     nothing else."""
-    kind_codes, kind_names = _codes(trace.events["kind"])
+    kind_codes, kind_names = dictionary_codes(trace.events["kind"])
     marker = np.isin(kind_codes, np.flatnonzero(kind_names == "annotation"))
     marker[_markers(trace)[0]] = True
     has_work = np.bincount(lane[~marker], minlength=n_lanes) > 0
@@ -357,7 +454,7 @@ def _numpy(column: pa.ChunkedArray) -> np.ndarray:
     return column.to_numpy()
 
 
-def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+def dictionary_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes and dictionary (an object array) of a dictionary-encoded string column."""
     combined = column.combine_chunks()
     if combined.null_count:
@@ -383,9 +480,10 @@ def _natural(text: str) -> tuple:
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
 
 
-def _lane_key(lane: pd.Series) -> tuple:
-    device = str(lane["device"])
+def _lane_key(device: str, label: str, events: int) -> tuple:
     kind, _, index = device.partition(":")
+    if device == OTHER_DEVICES:
+        return (2, "", 0), ()
     device_key = (0, "", 0) if device == "cpu" else (1, kind, int(index) if index.isdigit() else 0)
-    within = (-int(lane["events"]), _natural(lane["label"])) if device == "cpu" else (_natural(lane["label"]),)
+    within = (-int(events), _natural(label)) if device == "cpu" else (_natural(label),)
     return device_key, within

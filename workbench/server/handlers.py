@@ -280,6 +280,7 @@ class DashboardHandler(WorkbenchHandler):
 
         sized = _sized(self.query_int("width", *WIDTHS, "pixels"))
         bundle = self.open_run(run_id)
+        _check_fits([bundle])
         self.reply({"run": bundle.run_id, "item": await self.in_thread(
             lambda: _item(with_kind_views(dashboard(bundle, **sized), [bundle], "dashboard", **sized)))})
 
@@ -300,8 +301,29 @@ class CompareHandler(WorkbenchHandler):
             raise ApiError(400, f"runs: a run is named more than once in {ids!r}")
         sized = _sized(body.get("width"))
         bundles = [self.open_run(run_id) for run_id in ids]
+        _check_fits(bundles)
         self.reply({"runs": ids, "item": await self.in_thread(
             lambda: _item(runs_layout(lambda: experiments_view(bundles, **sized), bundles, "compare", **sized)))})
+
+
+def _check_fits(bundles: list[Bundle]) -> None:
+    """Payload Too Large (413), in one line, when drawing the runs' dashboards would take more than half the
+    memory free now: the server refuses what it cannot hold rather than growing until it is killed."""
+    from workbench.machine import available_memory
+    from workbench.views.dashboard import dashboard_bytes
+
+    need, free = sum(dashboard_bytes(bundle) for bundle in bundles), available_memory()
+    if need > free // 2:
+        events = sum(bundle.event_count for bundle in bundles)
+        runs = ("run " if len(bundles) == 1 else "runs ") + ", ".join(repr(bundle.run_id) for bundle in bundles)
+        raise ApiError(413, f"{runs}: drawing needs about {_size(need)} ({events:,} events) and this server has "
+                            f"{_size(free)} free: open it with `workbench report` on a larger machine, or import "
+                            "a shorter window of the trace")
+
+
+def _size(size: int) -> str:
+    """A memory size for a message: GiB, or MiB under one GiB."""
+    return f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
 
 
 def _sized(value: Any) -> dict[str, int]:

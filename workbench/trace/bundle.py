@@ -185,6 +185,18 @@ class Bundle:
         """Whether the run has trace tables (a run without profiling or a failed one may not)."""
         return self._has(f"{TABLES[0]}.parquet")
 
+    @property
+    def event_count(self) -> int:
+        """Rows of the events table, read from its Parquet footer alone (0 for a run without a trace): what
+        sizes the work of drawing it before any of it is read."""
+        if not self.has_trace:
+            return 0
+        path = self.local_files() / f"{TABLES[0]}.parquet"
+        try:
+            return pq.ParquetFile(path).metadata.num_rows
+        except (OSError, pa.ArrowException) as exc:
+            raise BundleError(f"run {self.run_id!r}: unreadable table {path}: {exc}") from exc
+
     def local_files(self) -> Path:
         """The bundle's folder with all its files on this disk: a bundle of a URL traces root, mirrored
         (`workbench.trace.mirror`), copies its files down on first use."""

@@ -29,6 +29,17 @@ from workbench.views.tables import link_table_to_timeline, op_table_view
 from workbench.views.timeline import SPANS_SOURCE
 from workbench.views.timeline_panes import timeline_panel
 
+DASHBOARD_BYTES_PER_EVENT = 700
+"""Peak memory the dashboard of a run takes per event of its trace, above the interpreter's own: measured by
+`benchmarks/limits.py` (a 200k-event trace peaked 150-170 MB above a 2k-event one: ~760 B per event) and
+rounded down, so that a run that fits is never refused."""
+
+
+def dashboard_bytes(bundle: Bundle) -> int:
+    """About how much memory drawing `bundle`'s dashboard takes, from its event count alone (nothing read but
+    the Parquet footer): what a server checks before it starts."""
+    return bundle.event_count * DASHBOARD_BYTES_PER_EVENT
+
 
 def dashboard(bundle: Bundle, *, width: int = 1200, max_spans: int = 20_000, device: str | None = None,
               windows: list[tuple[int, int, str]] | None = None) -> LayoutDOM:

@@ -31,7 +31,7 @@ from workbench.analysis.diff import diff_summary, trace_diff
 from workbench.errors import WorkbenchError
 from workbench.trace import Trace
 from workbench.trace.schema import PHASE_MEASURE
-from workbench.views._table import data_table
+from workbench.views._table import data_table, rows_note
 from workbench.views.experiments import stacked_timelines
 from workbench.views.tables import link_table_to_timeline
 from workbench.views.timeline import SPANS_SOURCE
@@ -92,7 +92,8 @@ def _heading(table: pd.DataFrame, labels: tuple[str, str], scope: str, per_step:
                       for kind, t in summary["time_ns"].items())
     return (f"A = {labels[0]}, B = {labels[1]} ({scope}). Names: {names['new']} new, {names['vanished']} vanished "
             f"(what fusion or the change removed), {names['changed']} changed, {names['unchanged']} unchanged. "
-            f"Time{unit}: {kinds or 'none'}. Select rows or bars to highlight their spans in both timelines.")
+            f"Time{unit}: {kinds or 'none'}. Select rows or bars to highlight their spans in both timelines."
+            f"{rows_note(len(table), 'names')}")
 
 
 def _table(table: pd.DataFrame, width: int) -> DataTable:
@@ -110,7 +111,7 @@ def _table(table: pd.DataFrame, width: int) -> DataTable:
         "ratio": table["ratio"].to_numpy(dtype=np.float64),
     })
     view = data_table(frame, DIFF_TABLE_COLUMNS, width=width, height=420, name=DIFF_TABLE)
-    view.source.add([STATUS_COLORS.get(s, "#ffffff") for s in frame["status"]], "status_color")
+    view.source.add([STATUS_COLORS.get(s, "#ffffff") for s in view.source.data["status"]], "status_color")
     for col in view.columns:
         if col.field in ("status", "name"):
             col.formatter = StringFormatter(background_color=field("status_color"))

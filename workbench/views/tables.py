@@ -23,7 +23,7 @@ from bokeh.models.layouts import LayoutDOM
 
 from workbench.analysis.breakdown import op_table
 from workbench.trace import Trace
-from workbench.views._table import data_table
+from workbench.views._table import data_table, rows_note
 
 OP_TABLE_NAME = "op-table"
 """Bokeh `name` of the DataTable in `op_table_view`'s layout."""
@@ -77,7 +77,8 @@ def op_table_view(trace: Trace, kinds: tuple[str, ...] = ("op",), window: tuple[
                ("gflops", "GFLOP/s", "0,0.00")]
     view = data_table(frame, columns, width=width, height=height, widths={"name": 320},
                       reorderable=False, name=OP_TABLE_NAME)
-    heading = Div(text=f"{label}: {len(table):,} names, {scope}; select rows to highlight them in the timeline",
+    heading = Div(text=f"{label}: {len(table):,} names{rows_note(len(table), 'names')}, {scope}; "
+                       "select rows to highlight them in the timeline",
                   render_as_text=True)
     return column(heading, view)
 

@@ -126,7 +126,7 @@ def timeline(trace: Trace, *, x_range: Range1d | None = None, width: int = 1200,
     fig = figure(width=width, height=_height(layout, strip), x_range=x_range, name=TIMELINE_PLOT,
                  y_range=Range1d(float(layout["bottom"].max()) + LANE_GAP, -strip - LANE_GAP),
                  tools=[pan, wheel, box_zoom, box_select, ResetTool(), SaveTool()], active_drag=pan,
-                 active_scroll=wheel, title=f"Timeline: {trace.events.num_rows:,} events in {len(layout)} lanes")
+                 active_scroll=wheel, title=_title(trace, lane_table))
     _keep_active(pan, [box_zoom, box_select])
     _keep_active(wheel, [])
     band_renderers = _draw_bands(fig, bands, layout, x_range)
@@ -162,12 +162,13 @@ def timeline(trace: Trace, *, x_range: Range1d | None = None, width: int = 1200,
         "remote": remote, "source": source, "remote_bars": remote_bars, "lane_top": lane_top,
         "lane_rows": layout["rows"].tolist(), "instant_px": INSTANT_PX, "all_kinds": list(KINDS)}))
     remote.js_on_change("tags", request)  # the panel sets empty tags once it has installed its API
-    _link_selection(fig, source, remote, x_range, lane_table, trace)
+    names = lane_names(trace, lane_table)
+    _link_selection(fig, source, remote, x_range, names)
     _aggregate_on_range(fig, source, remote)
     keys = CustomJS(args={"xr": x_range, "plot": fig}, code=js.KEYS)
     for event in (events.MouseEnter, events.MouseLeave, events.MouseMove):
         fig.js_on_event(event, keys)
-    _style_axes(fig, layout, lane_names(trace, lane_table))
+    _style_axes(fig, layout, names)
     _add_legend(fig, trace)
     return fig
 
@@ -197,6 +198,15 @@ def _fill(trace: Trace, source: ColumnDataSource, windows: list[tuple[int, int]]
     source.tags = [int(bound) for window in windows for bound in window]
 
 
+def _title(trace: Trace, lane_table: pd.DataFrame) -> str:
+    """The figure's title: events and lanes, and how many tracks the lanes stand for when some are folded."""
+    title = f"Timeline: {trace.events.num_rows:,} events in {len(lane_table)} lanes"
+    tracks = int(lane_table["tracks"].sum())
+    if tracks > len(lane_table):
+        title += f' ({tracks:,} tracks: the quietest are folded into the "more" lanes)'
+    return title
+
+
 def _keep_active(tool: PanTool | WheelZoomTool, others: list) -> None:
     """Switch `tool` back on when a click on its button leaves no tool of its kind active."""
     tool.js_on_change("change:active", CustomJS(args={"others": others}, code=js.KEEP_ACTIVE))
@@ -221,7 +231,7 @@ def _ink(color: str) -> str:
 
 
 def _link_selection(fig: figure, source: ColumnDataSource, remote: ColumnDataSource, x_range: Range1d,
-                    lane_table: pd.DataFrame, trace: Trace) -> None:
+                    names: list[str]) -> None:
     """Selection links launches and kernels, fills the details sources and draws the flow arrows."""
     details = ColumnDataSource({"field": [], "value": []}, name=DETAILS)
     related = ColumnDataSource({key: [] for key in ("relation", "name", "start", "duration", "start_ns", "dur_ns",
@@ -231,7 +241,7 @@ def _link_selection(fig: figure, source: ColumnDataSource, remote: ColumnDataSou
                          y_end="y1", source=arrows, line_color="black", line_width=1.5))
     source.selected.js_on_change("indices", CustomJS(code=js.SELECT, args={
         "source": source, "details": details, "related": related, "arrows": arrows, "remote": remote,
-        "lane_names": lane_names(trace, lane_table)}))
+        "lane_names": names}))
     related.selected.js_on_change("indices", CustomJS(code=js.FOLLOW_RELATED, args={
         "related": related, "source": source, "xr": x_range, "remote": remote}))
 

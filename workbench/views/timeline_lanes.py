@@ -13,8 +13,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from workbench.analysis.timeline import dictionary_codes, first_rows
 from workbench.trace import Trace
 
 STREAM_ROLES = (("kernel", "compute"), ("memcpy", "copy"), ("memset", "memset"))
@@ -26,23 +28,27 @@ _GENERIC_THREAD_NAME = re.compile(r"thread -?\d+( \(.*\))?")
 
 
 def lane_names(trace: Trace, lane_table: pd.DataFrame) -> list[str]:
-    """One label per row of `lane_table` (`workbench.analysis.timeline.lanes` of `trace`), without the device."""
+    """One label per row of `lane_table` (`workbench.analysis.timeline.lanes` of `trace`), without the device;
+    a folded lane keeps its label ("1,200 more threads"). Reads a few codes per event, never a Python object
+    per event or per track."""
     events = trace.events
-    frame = pd.DataFrame({"track": events["track"].to_pandas(), "kind": events["kind"].to_pandas(),
-                          "pid": events["pid"].to_numpy(), "tid": events["tid"].to_numpy()})
-    by_track = frame.groupby("track", observed=True, sort=False)
-    first = by_track[["pid", "tid"]].first()
-    kinds = {str(track): set(map(str, group.unique())) for track, group in by_track["kind"]}
-    metadata = trace.metadata
+    track_codes, track_names = dictionary_codes(events["track"])
+    kind_codes, kind_names = dictionary_codes(events["kind"])
+    first = first_rows(track_codes, len(track_names))
+    code_of_track = {name: code for code, name in enumerate(track_names)}
+    pairs = np.unique(track_codes * len(kind_names) + kind_codes) if len(kind_names) else np.zeros(0, np.int64)
+    pid, tid, metadata = events["pid"], events["tid"], trace.metadata
     labels = []
     for row in lane_table.itertuples(index=False):
-        if row.device != "cpu":
-            labels.append(stream_label(row.label, kinds.get(row.track, set())))
-        elif row.track in first.index:
-            labels.append(thread_label(row.label, int(first.at[row.track, "pid"]), int(first.at[row.track, "tid"]),
-                                       metadata))
-        else:
+        code = code_of_track.get(row.track)
+        if code is None or first[code] >= len(track_codes):  # a folded lane, or no event on the track
             labels.append(row.label)
+        elif row.device != "cpu":
+            held = pairs[(pairs >= code * len(kind_names)) & (pairs < (code + 1) * len(kind_names))]
+            labels.append(stream_label(row.label, {str(kind_names[k % len(kind_names)]) for k in held}))
+        else:
+            at = int(first[code])
+            labels.append(thread_label(row.label, int(pid[at].as_py()), int(tid[at].as_py()), metadata))
     return labels
 
 
