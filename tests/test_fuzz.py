@@ -58,6 +58,22 @@ def test_fuzzed_trace_imports_or_is_refused_in_one_line(number: int, seeds: Seed
     _check(_case(number, seeds), tmp_path, in_process, report=number % REPORT_EVERY == 0)
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("words", ["many tracks"])
+def test_the_first_case_of_a_mutation_kind_imports_and_reports(words: str, seeds: Seeds, tmp_path: Path) -> None:
+    """The first case of each issue-22 mutation kind, with `workbench report` on it whatever its number."""
+    def label(number: int) -> str:
+        try:
+            return make_case(number, seeds).label
+        except NoSeed:
+            return ""
+
+    number = next((n for n in range(2_000) if words in label(n)), None)
+    if number is None:
+        pytest.skip(f"no {words!r} case among the first 2,000 with the seeds of this machine")
+    _check(make_case(number, seeds), tmp_path, in_process, report=True)
+
+
 @pytest.mark.parametrize("number", IN_SUBPROCESS)
 def test_fuzzed_trace_through_the_real_command(number: int, seeds: Seeds, tmp_path: Path) -> None:
     _check(_case(number, seeds), tmp_path, in_subprocess(timeout_s=60), report=False)
