@@ -133,6 +133,19 @@ def test_tables_embed_their_first_rows_and_say_how_many():
     assert f"first {MAX_TABLE_ROWS:,} of {MAX_TABLE_ROWS + 1:,} names shown" in html
 
 
+def test_the_idle_table_of_too_many_devices_keeps_the_busiest():
+    from workbench.views.findings import idle_table
+
+    idle = {f"cuda:{i}": {"busy_ns": i, "idle_ns": 1, "span_ns": i + 1, "largest_gap_ns": 1, "gaps": 1,
+                          "largest_gap_start_ns": 0} for i in range(MAX_TABLE_ROWS + 5)}
+    view = idle_table(idle, x_range=None)
+    table = view.children[1]
+    assert len(table.source.data["device"]) == MAX_TABLE_ROWS
+    assert {len(column) for column in table.source.data.values()} == {MAX_TABLE_ROWS}
+    assert "cuda:0" not in set(table.source.data["device"])  # the quietest left out
+    assert f"first {MAX_TABLE_ROWS:,} of {MAX_TABLE_ROWS + 5:,} devices" in view.children[0].text
+
+
 # --- the server refuses a dashboard it cannot hold --------------------------------------------------------
 
 pytest.importorskip("jupyter_server", reason="jupyter_server is not installed (pip install -e .[lab])")

@@ -283,7 +283,11 @@ def _launching_pids(trace: Trace) -> dict[str, set[int]]:
     linked = launcher >= 0
     pairs = pd.DataFrame({"device": np.concatenate([devices[linked], devices]),
                           "pid": np.concatenate([pid[launcher[linked]], pid[rows]])})
-    return {str(d): set(g["pid"].tolist()) for d, g in pairs.drop_duplicates().groupby("device")}
+    unique = pairs.drop_duplicates().sort_values("device", kind="stable")
+    device, pid = unique["device"].astype(str).to_numpy(), unique["pid"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, device[1:] != device[:-1]]) if len(device) else np.zeros(0, np.int64)
+    ends = np.r_[starts[1:], len(device)]  # one slice per device: no per-group DataFrame (a trace may name 200k)
+    return {device[a]: set(pid[a:b].tolist()) for a, b in zip(starts, ends, strict=True)}
 
 
 def _attribute(host: pd.DataFrame, starts: np.ndarray, ends: np.ndarray) -> dict[str, np.ndarray]:

@@ -20,7 +20,7 @@ from bokeh.layouts import column
 from bokeh.models import CustomJS, Div, LayoutDOM, Range1d
 
 from workbench.analysis.bottlenecks import FINDING_COLUMNS
-from workbench.views._table import data_table
+from workbench.views._table import MAX_TABLE_ROWS, data_table, rows_note
 
 FINDINGS_TABLE = "findings table"
 """Bokeh `name` of the findings DataTable."""
@@ -101,6 +101,9 @@ def idle_table(idle: Mapping[str, Mapping[str, int | None]], *, width: int = 120
     if not idle:
         return Div(text="Device idle time: no device work in this trace (the CPU is no device here).",
                    render_as_text=True, width=width)
+    devices = len(idle)
+    if devices > MAX_TABLE_ROWS:  # the busiest devices, as the table embeds only so many rows
+        idle = dict(sorted(idle.items(), key=lambda item: -(item[1].get("busy_ns") or 0))[:MAX_TABLE_ROWS])
     rows = [{"device": str(device),
              "span_ms": _ms(summary.get("span_ns")), "busy_ms": _ms(summary.get("busy_ns")),
              "idle_ms": _ms(summary.get("idle_ns")),
@@ -111,8 +114,9 @@ def idle_table(idle: Mapping[str, Mapping[str, int | None]], *, width: int = 120
             for device, summary in idle.items()]
     jump = "; select a device to see its largest gap in the timeline" if x_range is not None else ""
     heading = Div(text="Device idle time (on the union of each device's work; the device_idle finding's "
-                       f"evidence splits it by cause){jump}", render_as_text=True, width=width)
-    table = data_table(pd.DataFrame(rows), IDLE_COLUMNS, width=width, height=40 + 28 * len(rows))
+                       f"evidence splits it by cause){jump}{rows_note(devices, 'devices, the busiest,')}",
+                  render_as_text=True, width=width)
+    table = data_table(pd.DataFrame(rows), IDLE_COLUMNS, width=width, height=40 + 28 * min(len(rows), 20))
     _add_ranges(table.source, [_gap_range(summary) for summary in idle.values()], x_range)
     return column(heading, table)
 
