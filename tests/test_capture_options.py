@@ -56,7 +56,7 @@ def test_defaults_are_the_cli_defaults():
         assert field.default == expected, field.key
 
 
-SAMPLES = {"model": "mlp", "variants": ["eager", "int8"], "device": "cuda:1", "overrides": {"hidden": 8, "act": "relu"},
+SAMPLES = {"model": "mlp", "variants": ["eager", "int8"], "device": "cpu", "overrides": {"hidden": 8, "act": "relu"},
            "profiler": "framework", "kernel_name": "regex:gemm", "profile_shapes": "largest"}
 
 

@@ -169,9 +169,22 @@ def small(tmp_path_factory):
 
 @pytest.mark.parametrize(("sql", "words"), [
     ("COPY (SELECT 1) TO '{tmp}/out.csv'", "only SELECT"),
-    ("SELECT * FROM read_csv('{secret}')", "file system operations are disabled"),
-    ("SELECT * FROM read_parquet('{tmp}/*.parquet')", "file system operations are disabled"),
-    ("SELECT * FROM glob('{tmp}/*')", "file system operations are disabled"),
+    ("SELECT * FROM read_csv('{secret}')", "read_csv() is refused here"),
+    ("SELECT * FROM read_parquet('{tmp}/*.parquet')", "read_parquet() is refused here"),
+    ("SELECT * FROM glob('{tmp}/*')", "glob() is refused here"),
+    ("SELECT * FROM '{secret}'", "no table"),
+    ("SELECT name, value FROM duckdb_settings()", "duckdb_settings() is refused here"),
+    ("SELECT * FROM duckdb_settings", "no table 'duckdb_settings'"),
+    ("SELECT current_setting('temp_directory') AS x", "current_setting() is refused here"),
+    ("SELECT * FROM runs WHERE run IN (SELECT database_name FROM duckdb_databases())", "duckdb_databases()"),
+    ("SELECT * FROM pragma_database_list()", "pragma_database_list() is refused"),
+    ("SELECT * FROM information_schema.tables", "no table 'information_schema.tables'"),
+    ("SELECT * FROM pg_catalog.pg_settings", "no table 'pg_catalog.pg_settings'"),
+    ("SELECT * FROM query('SELECT * FROM duckdb_settings()')", "query() is refused here"),
+    ("EXPLAIN SELECT * FROM duckdb_settings()", "duckdb_settings() is refused here"),
+    ("SHOW TABLES", "SHOW TABLES is refused"),
+    ("PRAGMA version", "only SELECT"),
+    ("CALL pragma_version()", "only SELECT"),
     ("ATTACH '{tmp}/x.db'", "only SELECT"),
     ("INSTALL httpfs", "only SELECT"),
     ("LOAD httpfs", "only SELECT"),
@@ -193,6 +206,15 @@ def test_the_sandbox_refuses_with_one_line(small, tmp_path, sql, words):
     assert "\n" not in message
     assert "hunter2" not in message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["secret.csv"]  # nothing written
+
+
+def test_the_sandbox_still_runs_ctes_table_functions_explain_and_describe(small):
+    kernels = rows(run_query([small], "SELECT count(*) AS n FROM events WHERE kind = 'kernel'"))[0]["n"]
+    sql = ("WITH k AS (SELECT name FROM events WHERE kind = 'kernel') "
+           "SELECT count(*) AS n, max(i) AS i FROM k, range(3) t(i), unnest([1, 2]) u(x)")
+    assert rows(run_query([small], sql)) == [{"n": kernels * 6, "i": 2}]
+    assert run_query([small], "EXPLAIN SELECT count(*) FROM events").table.num_rows >= 1
+    assert "name" in {r["column_name"] for r in rows(run_query([small], "DESCRIBE events"))}
 
 
 def test_python_variables_are_not_tables(small):
@@ -273,3 +295,25 @@ def test_wb_sql_returns_a_dataframe(imported):
     assert sorted(every["run"]) == sorted(ids.values())
     with pytest.warns(UserWarning, match="first 3 rows"):
         assert len(wb.sql("SELECT * FROM events", runs=ids["diff"], root=root, limit=3)) == 3
+
+
+def test_cli_query_refuses_the_settings_and_bounds_a_huge_string(small):
+    """The CLI's query runs within the server's sandbox and limits: the settings functions are refused, and a
+    query building a 2 GB string stops with one line (memory or time, whichever comes first) in a process whose
+    memory stays bounded (the issue's run reached 8 GB)."""
+    import resource
+
+    runner = CliRunner()
+    root = str(small.path.parent)
+    refused = runner.invoke(main, ["query", "small", "SELECT name, value FROM duckdb_settings()", "--out", root])
+    assert refused.exit_code == 2, refused.output
+    assert "duckdb_settings() is refused" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+    huge = runner.invoke(main, ["query", "small", "SELECT repeat('x', 2000000000) AS s", "--out", root])
+    assert huge.exit_code == 2, huge.output[:500]
+    (line,) = huge.stderr.strip().splitlines()
+    assert "memory a query may use" in line or "ran longer than" in line, line
+    assert huge.stdout == ""
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # the query's process, among others
+    assert peak_kib < 7 << 20, f"a query process reached {peak_kib >> 20} GiB"

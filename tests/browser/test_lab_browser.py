@@ -220,7 +220,8 @@ def test_capture_open_compare_delete(lab, page):
     sidebar = page.locator("#jp-workbench-sidebar")
     # the traces folder setting was sent to the server: it lists (and captures into) root_dir/lab-traces
     page.wait_for_function("(root) => document.querySelector('#jp-workbench-sidebar .jp-Workbench-rootPath')"
-                           "?.textContent === root", arg=str(lab.traces), timeout=30_000)
+                           "?.textContent === root", arg=lab.traces.relative_to(lab.root_dir).as_posix(),
+                           timeout=30_000)  # as the setting names it: the server sends no absolute path
     # its entries: a launcher card and command-palette items
     page.locator(".jp-LauncherCard", has_text="Workbench").wait_for(timeout=30_000)
     page.keyboard.press("Control+Shift+C")

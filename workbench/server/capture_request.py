@@ -10,7 +10,9 @@ and any other key is refused. `model` is required (an empty body is no request f
 capture). Values keep their JSON types: an integer option takes a JSON integer, a flag `true`/`false`,
 `null` leaves the CLI's default. Numbers are bounded by `workbench.limits`; the model must pass the server's
 `ModelPolicy`; the settings they make must pass the checks a capture makes before it runs (the settings'
-own, known variants, a device name, a usable profiler).
+own, known variants, a device name, a usable profiler), and more, since a job's failures would be written as
+failed runs: the device must exist on this machine (`check_device`), and no string value (the model's name
+among them) may start with `-`, which the CLI would read as an option.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ def capture_args(body: Any, policy: ModelPolicy | None = None) -> list[str]:
     model = body.get("model")
     if model is None:
         raise CaptureRequestError(f"model: required (a built-in model: {', '.join(list_models())})")
-    if not isinstance(model, str) or not _is_word(model):
-        raise CaptureRequestError(f"model: expected a model name, got {model!r:.200}")
+    if not isinstance(model, str) or not _is_word(model) or model.startswith("-"):
+        raise CaptureRequestError(f"model: expected a model name (never starting with '-'), got {model!r:.200}")
     model = (policy or ModelPolicy()).checked_model(model)
     args: list[str] = []
     values: dict[str, Any] = {}
@@ -87,6 +89,8 @@ def _option_args(field: CaptureField, value: Any) -> list[str]:
     elif not isinstance(value, str) or not _is_word(value):
         raise CaptureRequestError(f"{name}: expected a non-empty string without control characters, "
                                   f"got {value!r:.200}")
+    elif value.startswith("-"):  # the CLI would read it as an option
+        raise CaptureRequestError(f"{name}: a value never starts with '-', got {value!r:.200}")
     return [field.flag, str(value)]
 
 
@@ -106,11 +110,46 @@ def _check_settings(values: Mapping[str, Any]) -> None:
             (profile if field.path[0] == PROFILE_FIELD else top)[field.path[-1]] = value
     try:
         settings = ExperimentSettings(**top, profile_settings=ProfileSettings(**profile))
+        check_device(settings.device)
         check_profiler(settings.profiler, settings.device, settings.profile)
         for name in settings.variants:
             get_variant(name, settings.batch, settings.device)
     except WorkbenchError as exc:
         raise CaptureRequestError(str(exc)) from exc
+
+
+def check_device(device: str) -> None:
+    """Raise CaptureRequestError unless `device` is a device of this machine: `cpu`; `cuda[:N]` with N below
+    torch's CUDA device count (torch is imported here, never at the server's start); `tpu[:N]` with N below the
+    TPU chips the kernel shows (`/dev/accel*`, `/dev/vfio/N`: the server never starts JAX, which would hold the
+    chips a job needs). A malformed name is the error `check_device_name` words."""
+    from workbench.backends.devices import check_device_name
+
+    check_device_name(device)  # WorkbenchError naming what a device looks like
+    kind, _, index_text = device.partition(":")
+    if kind == "cpu":
+        return
+    index = int(index_text) if index_text.isdigit() else 0
+    if kind == "cuda":
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    elif kind == "tpu":
+        count = _tpu_chips()
+    else:
+        raise CaptureRequestError(f"device: {device!r} is no device this server runs captures on (cpu, cuda[:N], "
+                                  "tpu[:N])")
+    if index >= count:
+        have = f"only {count} {kind.upper()} device(s)" if count else f"no {kind.upper()} device"
+        raise CaptureRequestError(f"device: {device!r} does not exist on this server ({have}; see "
+                                  "GET capture/options for its devices)")
+
+
+def _tpu_chips() -> int:
+    """TPU chips the kernel shows on this machine (0 when none)."""
+    import glob
+
+    return len(glob.glob("/dev/accel[0-9]*")) or len(glob.glob("/dev/vfio/[0-9]*"))
 
 
 def _variant_names(value: str | list[str]) -> tuple[str, ...]:

@@ -9,23 +9,27 @@
     POST   compare              {"runs": [ids], "width"?: N} -> {"runs", "item"}: json_item of their comparison,
                                 after the views their kind adds (generation runs, the ranks of a job)
     GET    jobs                 every capture job, oldest first
-    POST   jobs                 capture options (see `capture_request`) -> 202 and the job's status
-                                (403: a model the server's policy refuses; 429: the queue is full; 409: a URL root)
+    POST   jobs                 capture options (see `capture_request`) -> 202 and the job's status; checked before
+                                it is queued (400, nothing written: a device this machine lacks, a value like an
+                                option; 403: a model the server's policy refuses; 429: the queue is full; 409: a
+                                URL root)
     GET    jobs/<id>            a job's status: progress, log tail, exit code, the CLI's JSON result
     DELETE jobs/<id>            cancel a job; returns its final status
     GET    capture/options      the capture options a job takes (`capture_fields.capture_options`): each with its
                                 type, default, bounds and choices; the variants, profilers, devices and models
-    GET    config               {"traces_root", "default_traces_root"}: the folder the API reads and captures into
-                                (a URL root shown as its URL)
+    GET    config               {"traces_root", "default_traces_root"}: the folder the API reads and captures into,
+                                relative to the server's root_dir (a URL root shown as its URL; see `state.shown`)
     PUT    config               {"traces_root": path} changes it for this server ("" restores the configured one)
 
 Everything a request carries is untrusted: run ids must pass `is_valid_run_id` (400 otherwise) and are
 opened with `allow_paths=False`, so they resolve strictly inside the traces root (symlinks included);
 bodies must be JSON nested at most `MAX_BODY_DEPTH` deep, numbers plain ASCII digits within bounds;
 the panel's traces root is re-checked at every use (see `state`). A URL traces root is read through its
-mirror and never written: capture jobs, imports and deletions there are refused (409). Error messages go
-out with the server's paths redacted (see `redact`). Every verb is `@tornado.web.authenticated`; analyses
-and views run in a worker thread, off the event loop.
+mirror and never written: capture jobs, imports and deletions there are refused (409). Every reply and
+error goes out with the server's paths redacted, in one step (`WorkbenchHandler.reply`/`write_error`, see
+`redact`): paths inside the traces root relative to it, any other path of the server as `<server>`; the
+fields naming a traces root (`GET runs`' `root`, `config`) name it relative to the server's root_dir.
+Every verb is `@tornado.web.authenticated`; analyses and views run in a worker thread, off the event loop.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from workbench.server.capture_fields import capture_options
 from workbench.server.capture_request import capture_args
 from workbench.server.jobs import Job, QueueFull
 from workbench.server.model_policy import ModelRefused
-from workbench.server.redact import redact_paths
+from workbench.server.redact import Redactor
 from workbench.server.state import MirrorUnavailable, RootEscaped, RootReadOnly, RootRefused, ServerState
 from workbench.trace.bundle import (
     Bundle,
@@ -60,6 +64,7 @@ from workbench.trace.bundle import (
     resolve_inside,
 )
 from workbench.trace.experiment import list_experiments
+from workbench.trace.mirror_bundle import remote_bundle
 
 T = TypeVar("T")
 
@@ -90,9 +95,9 @@ class WorkbenchHandler(APIHandler):
         self.state = state
 
     def reply(self, value: Any, status: int = 200) -> None:
-        """Finish with `value` as JSON (it must already be plain JSON data)."""
+        """Finish with `value` as JSON (it must already be plain JSON data), its server paths redacted."""
         self.set_status(status)
-        self.finish(json.dumps(value, allow_nan=False))
+        self.finish(json.dumps(self.redactor().value(value), allow_nan=False))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         """Every error as `{"message": ...}`: the HTTPError's message, or the exception's for a bug;
@@ -107,11 +112,14 @@ class WorkbenchHandler(APIHandler):
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps({"message": self.redacted(message or self._reason)}))
 
+    def redactor(self) -> Redactor:
+        """The one redaction step of every reply and error (`redact`): paths relative to the traces root,
+        other paths of the server as `<server>`."""
+        return Redactor(self.state.root)
+
     def redacted(self, message: str) -> str:
-        """`message` without the server's absolute paths (the roots it knows by a label, others as `<path>`)."""
-        return redact_paths(message, {"<traces root>": self.state.root,
-                                      "<configured traces root>": self.state.default_root,
-                                      "<server root>": self.state.cwd})
+        """`message` without the server's absolute paths (see `redactor`)."""
+        return self.redactor().text(message)
 
     def json_body(self) -> Any:
         """The request body's JSON value (null when empty); 400 when it is not JSON, uses NaN or Infinity,
@@ -301,7 +309,8 @@ class CompareHandler(WorkbenchHandler):
             raise ApiError(400, f"runs: a run is named more than once in {ids!r}")
         sized = _sized(body.get("width"))
         bundles = [self.open_run(run_id) for run_id in ids]
-        _check_fits(bundles)
+        # a job's ranks at a URL are read where they lie (`views.run_kinds`): only local runs are read here
+        _check_fits([bundle for bundle in bundles if remote_bundle(bundle.path) is None])
         self.reply({"runs": ids, "item": await self.in_thread(
             lambda: _item(runs_layout(lambda: experiments_view(bundles, **sized), bundles, "compare", **sized)))})
 

@@ -2,7 +2,9 @@
 
     POST   query               {"sql", "runs"?: [ids], "limit"?: N} -> {"columns", "types", "rows", "truncated"}:
                                one read-only SELECT over the runs (all of the traces root without `runs`), as
-                               `workbench query` runs it (`workbench.analysis.sql`); 400 with the one-line error
+                               `workbench query` runs it (`workbench.analysis.sql`: its own process, the same time
+                               and memory limits, DuckDB's settings and catalog functions refused); 400 with the
+                               one-line error
     POST   upload?name=FILE    the body is a trace file: streamed into a hidden folder of the traces root (413 over
                                `max_upload_bytes`), then imported by a `workbench import` job -> 202 and the job
     POST   import              {"path": file under the server's root_dir} -> 202 and the `workbench import` job;

@@ -24,6 +24,8 @@ from workbench.server.model_policy import ModelPolicy
 from workbench.storage import Location, is_url
 from workbench.trace.mirror import mirror_root
 
+CONFIGURED_ROOT = "<configured traces root>"
+"""How clients see a configured traces root outside the server's root_dir (its path is the server's own)."""
 MIRROR_REFRESH_S = 10.0
 """Fewest seconds between two refreshes of a URL root's mirror (the panel polls every few seconds)."""
 
@@ -76,8 +78,15 @@ class ServerState:
         return self.remote if self.root == self.default_root else None
 
     def shown(self, root: Path) -> str:
-        """How clients see `root`: the URL for the mirror of the configured URL root, else the folder."""
-        return self.remote.url if self.remote is not None and root == self.default_root else str(root)
+        """How clients see `root`, never by its absolute path: the URL for the mirror of the configured URL root;
+        else the folder relative to the server's root_dir, as the panel's setting names it (`traces`, `.` for
+        root_dir itself); a configured root outside root_dir as `<configured traces root>`."""
+        if self.remote is not None and root == self.default_root:
+            return self.remote.url
+        for folder, base in ((root, self.base), (_resolved(root), _resolved(self.base))):
+            if folder.is_relative_to(base):
+                return folder.relative_to(base).as_posix()
+        return CONFIGURED_ROOT
 
     def refresh_mirror(self) -> None:
         """Bring the mirror of the URL root up to date with its listing, unless that was done (or tried: its
@@ -155,6 +164,13 @@ class ServerState:
             raise RootEscaped("the traces folder chosen in the panel leads outside the server's root folder now "
                               "(it or a parent was replaced by a link); choose another one in the panel's "
                               "settings, or the default")
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return path
 
 
 def _leads_inside(path: Path, base: Path) -> bool:
