@@ -40,7 +40,11 @@ the op name becomes the event name, the sizes go to `shapes`, seq/op_id/input_op
 Nothing is dropped silently; `metadata["reader"]["skipped"]` counts rows left out because their start
 or end is not an integer within ±2**62 ns, spans ending before they start (kept, duration 0), NVTX
 ranges without an end, NVTX records that are no range or mark, synchronization records without their
-API call, CUDA backtrace records folded into their call, and names whose StringIds entry is missing.
+API call, CUDA backtrace records folded into their call, names whose StringIds entry is missing, and,
+per `table.column`, values of the wrong type: a REAL (1.5, ±inf, 1e300), text (`'3x'`) or BLOB in an
+INTEGER or id column, text or inf in a REAL one, read as null (columns that only go to args keep them as
+written, but inf; see `nsys_tables`); those values are also summed up in one line of
+`metadata["reader"]["warnings"]`, which `workbench import` prints.
 Text that is not valid UTF-8 (or a BLOB where text belongs) is decoded with U+FFFD for the invalid
 bytes. Tables nsys did not create (it creates them lazily) are read as empty; columns that a schema
 version lacks are left out of args. `StringIds` and `ENUM_*` references in args columns are resolved
@@ -113,6 +117,7 @@ class _Reader:
         metadata = trace_metadata(db, origin, events, devices)
         for table, n in db.dropped.items():
             self.skipped[f"{table} rows whose start or end is not an integer within ±2**62 ns (left out)"] += n
+        self.skipped.update(db.coerced)
         if db.missing_strings:
             self.skipped["names whose StringIds entry is missing (named StringIds#<id>)"] += db.missing_strings
         metadata["reader"] = reader_report(db, events, memory, self.skipped, self.unlinked)

@@ -58,7 +58,8 @@ def trace_metadata(db: NsysExport, origin: int, events: pa.Table, devices: list[
 
 def reader_report(db: NsysExport, events: pa.Table, memory: pa.Table, skipped: Counter[str],
                   unlinked: int) -> dict[str, Any]:
-    """`metadata["reader"]`: rows read per table, tables with rows left unread, and what was skipped."""
+    """`metadata["reader"]`: rows read per table, tables with rows left unread, what was skipped, and a
+    warning summing up the values of the wrong type read as null (`NsysExport.coerced`), if any."""
     unread = {name: db.count(name) for name in sorted(db.columns)
               if name not in db.rows_read and name != "StringIds" and not name.startswith("ENUM_")}
     return {
@@ -69,7 +70,20 @@ def reader_report(db: NsysExport, events: pa.Table, memory: pa.Table, skipped: C
         "counters": 0,
         "device_work_launched_outside_the_export": unlinked,
         "skipped": {k: v for k, v in skipped.items() if v},
+        "warnings": _coerced_warning(db.coerced),
     }
+
+
+def _coerced_warning(coerced: Counter[str]) -> list[str]:
+    """One short line (a terminal's, with the run id before it) on the values of the wrong type read as null
+    (or as text): how many, and in which column or how many columns (`reader.skipped` has each's count)."""
+    counts: Counter[str] = Counter()
+    for reason, n in coerced.items():
+        counts[reason.split(":", 1)[0]] += n
+    if not counts.total():
+        return []
+    where = f"{len(counts)} columns (see reader.skipped)" if len(counts) > 1 else next(iter(counts))
+    return [f"{counts.total()} values of the wrong type read as null or text, in {where}"]
 
 
 def _pairs(db: NsysExport, table: str) -> dict[str, Any]:

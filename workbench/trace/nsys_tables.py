@@ -9,6 +9,13 @@ Exports are read leniently, because real ones are not always clean:
 - rows whose `start` or `end` is not an integer within ±2**62 ns (a REAL past int64, text, a
   sentinel near int64's bounds) are left out and counted in `dropped`: two such times would no longer
   subtract within int64;
+- every other value is read through one typed path (`_value_sql`), by the column's declared type: in an
+  INTEGER column that the reader maps or resolves (times, ids, StringIds and ENUM_* references) a value
+  that is not an integer (a REAL such as 1.5, ±inf or 1e300, text such as `'3x'`, a BLOB) reads as null,
+  and so do text, BLOBs and ±inf in such a REAL column; a numeric column that only goes to args keeps
+  what the export wrote (text as text, 1.5 as 1.5, a BLOB as hex) but ±inf, which JSON cannot hold; in a
+  column without a declared type, ±inf reads as null and a mix of types no Arrow column holds is read as
+  text. Each such value is counted per `table.column` in `coerced` (SQLite stores NaN as NULL: a null);
 - a table nsys did not create (it creates them lazily; old exports lack newer ones) reads as empty,
   and ENUM_* tables an old export lacks fall back to the labels of current nsys (`DEFAULT_ENUMS`).
 
@@ -22,7 +29,7 @@ import math
 import re
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +52,7 @@ NVTX = "NVTX_EVENTS"
 MEMORY = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 
 _TIME_COLUMNS = ("start", "end")
+_REAL_MAX = "1.7976931348623157e308"  # the largest finite double: ±inf lie outside ±_REAL_MAX
 _FETCH_ROWS = 65536
 _SAMPLE_ROWS = 4096
 _IN_BATCH = 900  # ids per `IN (...)` (SQLite's historic limit on bound parameters is 999)
@@ -136,8 +144,9 @@ class Rows:
 class NsysExport:
     """Read access to one export: its tables as Arrow, and the StringIds and ENUM lookups.
 
-    `rows_read` counts the rows read per table, `dropped` those left out for their times, and
-    `missing_strings` the StringIds references without an entry.
+    `rows_read` counts the rows read per table, `dropped` those left out for their times, `coerced` the
+    values of the wrong type read as null (or as text), by reason naming `table.column` (see the module
+    docstring), and `missing_strings` the StringIds references without an entry.
     """
 
     def __init__(self, path: Path, con: sqlite3.Connection) -> None:
@@ -147,8 +156,9 @@ class NsysExport:
         self.references: dict[str, dict[str, str]] = {}
         for name, sql in con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall():
             info = con.execute(f"PRAGMA table_info({quote(name)})").fetchall()
-            self.columns[name] = {row[1]: _arrow_type(row[2] or "") for row in info}
             self.references[name] = {**_DEFAULT_REFERENCES.get(name, {}), **_references(sql or "")}
+            self.columns[name] = {row[1]: pa.int64() if row[1] in self.references[name] else _arrow_type(row[2] or "")
+                                  for row in info}
         try:
             con.execute("SELECT json_array(1)")
         except sqlite3.OperationalError as exc:
@@ -156,6 +166,7 @@ class NsysExport:
                                  "functions the nsys reader needs (built in since SQLite 3.38)") from exc
         self.rows_read: dict[str, int] = {}
         self.dropped: Counter[str] = Counter()
+        self.coerced: Counter[str] = Counter()
         self.missing_strings = 0
         self._strings: dict[int, str] = {}
         self._enums: dict[str, dict[int, str]] = {}
@@ -174,13 +185,17 @@ class NsysExport:
     def read(self, table: str, required: tuple[str, ...] = ()) -> pa.Table:
         """All columns of `table`, typed as declared (an absent table is empty); NULL is null."""
         columns = self._columns(table, required)
-        return self._fetch(table, [_value_sql(c, t) for c, t in columns.items()], columns, required)
+        return self._fetch(table, [_value_sql(c, t) for c, t in columns.items()], columns, required, columns)
 
     def rows(self, table: str, mapped: tuple[str, ...], required: tuple[str, ...] = (),
              grouped: tuple[str, ...] = ()) -> Rows:
         """The `mapped` columns (those the table has) and the others for args (`grouped` always travel
-        grouped; see `Rows`)."""
-        columns = self._columns(table, required)
+        grouped; see `Rows`). Mapped columns and StringIds/ENUM references are read as their declared type;
+        the other numeric columns, which only go to args, as written (see `_value_sql`)."""
+        declared = self._columns(table, required)
+        typed = set(mapped) | set(self.references.get(table, {}))
+        as_written = {c: t for c, t in declared.items() if c not in typed and t in (pa.int64(), pa.float64())}
+        columns = {c: None if c in as_written else t for c, t in declared.items()}
         own = {c: t for c, t in columns.items() if c in mapped}
         others = [c for c in columns if c not in mapped]
         varied = self._varied(table, [c for c in others if c not in grouped])
@@ -191,7 +206,7 @@ class NsysExport:
         if together:
             selects.append(f"json_array({', '.join(_value_sql(c, columns[c]) for c in together)})")
             types["json_array"] = pa.string()
-        t = self._fetch(table, selects, types, required)
+        t = self._fetch(table, selects, types, required, columns, as_written)
         grouped_array = (t["json_array"].combine_chunks().dictionary_encode() if together
                          else dict_array(np.zeros(t.num_rows, np.int32), ["[]"]))
         return Rows(table, t.select(list(own)), grouped_array, together, t.select(list(single)))
@@ -215,29 +230,64 @@ class NsysExport:
         return {c for c, n in zip(columns, distinct, strict=True) if n > max(16, rows // 16)}
 
     def _fetch(self, table: str, selects: list[str], types: dict[str, pa.DataType | None],
-               required: tuple[str, ...]) -> pa.Table:
+               required: tuple[str, ...], source: dict[str, pa.DataType | None],
+               as_written: dict[str, pa.DataType] | None = None) -> pa.Table:
         """Run one SELECT over the rows of `table` with valid times, in chunks, into Arrow columns named
-        and typed by `types`; count the rows left out in `dropped`."""
+        and typed by `types`; count the rows left out in `dropped`, and in `coerced` the values of the
+        `source` columns read as null and those of the `as_written` ones not of their declared type."""
         chunks: list[list[pa.Array]] = []
         if table in self.columns:
             valid = self._valid_times(table, required)
-            if valid:
-                (self.dropped[table],) = self.con.execute(
-                    f"SELECT count(*) FROM {quote(table)} WHERE NOT ({valid})").fetchone()
+            self._count_unusable(table, source, valid, as_written or {})
             where = f" WHERE {valid}" if valid else ""
             cursor = self.con.execute(f"SELECT {', '.join(selects)} FROM {quote(table)}{where}")
             while rows := cursor.fetchmany(_FETCH_ROWS):
                 values = zip(*rows, strict=True)
-                try:
-                    chunks.append([pa.array(v, type=t) for v, t in zip(values, types.values(), strict=True)])
-                except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-                    raise TraceFormatError(self.path, f"table {table} holds values of unexpected type ({exc})") from exc
+                chunks.append([self._array(table, name, v, t) for (name, t), v in zip(types.items(), values,
+                                                                                   strict=True)])
             self.rows_read[table] = sum(len(chunk[0]) for chunk in chunks)
         arrays = {}
         for i, (name, dtype) in enumerate(types.items()):
             parts = [chunk[i] for chunk in chunks]
-            arrays[name] = pa.chunked_array(parts, type=dtype or (parts[0].type if parts else pa.int64()))
+            if dtype is None:  # types inferred chunk by chunk: one for all (text where they differ)
+                inferred = {p.type for p in parts} - {pa.null()}
+                if len(inferred) > 1:
+                    parts = [self._array(table, name, p.to_pylist(), pa.string()) for p in parts]
+                    inferred = {pa.string()}
+                dtype = inferred.pop() if inferred else pa.int64()
+                parts = [p.cast(dtype) if p.type == pa.null() else p for p in parts]
+            arrays[name] = pa.chunked_array(parts, type=dtype)
         return pa.table(arrays)
+
+    def _count_unusable(self, table: str, source: dict[str, pa.DataType | None], valid: str,
+                        as_written: dict[str, pa.DataType]) -> None:
+        """Count, in one pass over `table`, the rows whose times are not `valid` (`dropped`) and, among the
+        others, the values of each column that its read (`_value_sql`) turns to null, or, for a column read
+        `as_written`, that are not of its declared type (`coerced`)."""
+        checked = {c: t for c, t in source.items() if t != pa.string()}  # CAST AS TEXT keeps every value
+        if not checked and not valid:
+            return
+        terms = ["count(*)"] + [f"count({quote(c)}) - count({_value_sql(c, as_written.get(c, t))})"  # what it nulls
+                                for c, t in checked.items()]
+        where = f" WHERE {valid}" if valid else ""
+        kept, *counts = self.con.execute(f"SELECT {', '.join(terms)} FROM {quote(table)}{where}").fetchone()
+        if valid:
+            self.dropped[table] = self.count(table) - kept
+        for (column, dtype), n in zip(checked.items(), counts, strict=True):
+            if n:
+                self.coerced[_coerced_reason(table, column, as_written.get(column, dtype), column in as_written)] = n
+
+    def _array(self, table: str, column: str, values: Sequence[Any], dtype: pa.DataType | None) -> pa.Array:
+        """Fetched values as an Arrow array of `dtype`; values of a column without a declared type that no
+        one Arrow type holds (integers and text...) are read as text, counted in `coerced`."""
+        try:
+            return pa.array(values, type=dtype)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            if dtype not in (None, pa.string()):  # `_value_sql` gives values of this type only
+                raise
+        self.coerced[f"{table}.{column}: values of mixed types (read as text)"] += sum(
+            not isinstance(v, str) for v in values if v is not None)
+        return pa.array([v if v is None or isinstance(v, str) else str(v) for v in values], pa.string())
 
     def _valid_times(self, table: str, required: tuple[str, ...]) -> str:
         """SQL condition of a row whose `start` and `end` are integers within ±TIME_LIMIT_NS (a column not
@@ -343,12 +393,27 @@ def quote(name: str) -> str:
 
 
 def _value_sql(column: str, dtype: pa.DataType | None) -> str:
-    """The column in a SELECT: as text where declared TEXT (a BLOB there is text bytes, decoded leniently);
-    elsewhere a BLOB (undeclared columns may hold them) is read as hex."""
+    """The column in a SELECT, always of its Arrow type (or null): as text where declared TEXT (a BLOB there
+    is text bytes, decoded leniently); integers only where declared INTEGER (REAL, text and BLOBs read as
+    null); finite numbers only where declared REAL; without a declared type, a BLOB as hex and ±inf as null
+    (SQLite would write inf into JSON as `Inf`, which is no JSON)."""
     q = quote(column)
+    finite = f"{q} BETWEEN -{_REAL_MAX} AND {_REAL_MAX}"
     if dtype == pa.string():
         return f"CAST({q} AS TEXT)"
-    return f"CASE WHEN typeof({q}) = 'blob' THEN hex({q}) ELSE {q} END"
+    if dtype == pa.int64():
+        return f"CASE WHEN typeof({q}) = 'integer' THEN {q} END"
+    if dtype == pa.float64():
+        return f"CASE WHEN typeof({q}) IN ('integer', 'real') AND {finite} THEN {q} END"
+    return f"CASE typeof({q}) WHEN 'blob' THEN hex({q}) WHEN 'real' THEN CASE WHEN {finite} THEN {q} END ELSE {q} END"
+
+
+def _coerced_reason(table: str, column: str, dtype: pa.DataType | None, as_written: bool = False) -> str:
+    """The `coerced` entry of the values that `_value_sql` reads as null (or, for an args column read
+    `as_written`, of those not of its declared type)."""
+    what = {pa.int64(): "values that are not integers (REAL, text, BLOB)",
+            pa.float64(): "values that are not finite numbers (text, BLOB, inf)"}.get(dtype, "inf values")
+    return f"{table}.{column}: {what}, " + ("kept in args as written (inf left out)" if as_written else "read as null")
 
 
 def _arrow_type(declared: str) -> pa.DataType | None:
