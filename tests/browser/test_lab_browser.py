@@ -5,6 +5,7 @@ and names from runs are rendered as text. Screenshots go to test-output/lab/."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -246,7 +247,8 @@ def test_capture_open_compare_delete(lab, page):
     while not outcome.is_visible() and time.monotonic() < deadline:
         task = sidebar.locator(".jp-Workbench-task")
         if task.count():
-            tasks_seen.add(task.text_content(timeout=1000))
+            with contextlib.suppress(playwright.TimeoutError):  # the line went away between count() and its text
+                tasks_seen.add(task.text_content(timeout=1000))
         page.wait_for_timeout(250)
     assert outcome.is_visible(), f"the capture did not end: {lab.log_tail()}"
     assert "jp-mod-succeeded" in (outcome.get_attribute("class") or ""), outcome.text_content()
