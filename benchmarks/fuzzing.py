@@ -216,8 +216,9 @@ def _mutate_document(rng: random.Random, doc: Any) -> tuple[str, Any]:
 
 
 def _mutate_top(rng: random.Random, doc: Any) -> tuple[str, Any]:
-    """Mutations of the document as a whole: the events array replaced, odd top-level keys, no events."""
-    choice = rng.randrange(6)
+    """Mutations of the document as a whole: the events array replaced, odd top-level keys, no events, an
+    event copied onto thousands of tracks."""
+    choice = rng.randrange(7)
     if choice == 0:
         return "no events", ({**doc, "traceEvents": []} if isinstance(doc, dict) else [])
     if choice == 1:
@@ -234,9 +235,26 @@ def _mutate_top(rng: random.Random, doc: Any) -> tuple[str, Any]:
         return f"events = [{key}]", [{key: value}]
     if choice == 4:
         return "events nested deeply", _nested(rng) if rng.random() < 0.5 else {"traceEvents": _nested(rng)}
+    if choice == 5:
+        return _many_tracks(rng, doc)
     events = _events(doc)
     events.append(Raw(rng.choice(WRONG_TYPES + NUMBERS)))
     return "an event that is no object", doc
+
+
+def _many_tracks(rng: random.Random, doc: Any) -> tuple[str, Any]:
+    """One complete event of the document copied 2,000 or 20,000 times, each copy on its own thread, process or
+    device: a small file naming more tracks than any view can draw a lane for (issue 22)."""
+    events = _events(doc)
+    complete = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"] or [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]
+    base, copies, where = rng.choice(complete), rng.choice((2_000, 20_000)), rng.choice(("tid", "pid", "device"))
+    for i in range(copies):
+        copy = {**base, "tid": 1_000 + i} if where == "tid" else {**base, "pid": 1_000 + i}
+        if where == "device":
+            copy |= {"cat": "kernel", "args": {"device": i, "stream": 7}}
+        events.append(copy)
+    return f"many tracks: an event copied {copies:,} times, each on its own {where}", doc
 
 
 def _mutate_text(rng: random.Random, text: bytes) -> tuple[str, bytes]:
@@ -298,11 +316,26 @@ _XSPACE_NAMES = ("", "/device:GPU:99999999999999999999", "/device:TPU:-1", "/dev
                  "Steps", "PjitFunction(", "$", "::", "ThunkExecutor::Execute", "regs:x grid:-1,,1 block:",
                  "regs:99999999999999999999 shm:-1 grid:0,0,0 block:1024,1,1 static_shared:1e9",
                  "ProfilerStep#99999999999999999999", "step_num", "hlo_op", "correlation_id", "x" * 20_000)
+_XSPACE_REPEATS = (2, 300, 11_000)
+"""How many times the repeated-lines mutation writes one event in its line (identical events nest as a chain)."""
+_XSPACE_LINE_COPIES = (1, 3)
+"""How many lines (same id and name) that line becomes: 3 × 11,000 identical events pass the 32,767 levels
+a trace's depth holds, which the reader refuses; the largest case stays under 10 MB of text, 1 MB serialized."""
+_XSPACE_REPEAT_TEXT = 100_000
+"""Text longer than this (a case already repeated) gets no repeated lines again, so repeats never multiply."""
 
 
 def _mutate_xspace_text(rng: random.Random, text: str) -> tuple[str, str]:
     """A mutation of the XSpace text format that keeps it a well-formed message."""
-    choice = rng.randrange(5)
+
+    def block_end(at: int, within: str) -> int:  # the end of the block whose "{" ends just before `at`
+        depth = 1
+        while depth:
+            depth += {"{": 1, "}": -1}.get(within[at], 0)
+            at += 1
+        return at
+
+    choice = rng.randrange(6)
     if choice <= 1:
         fields = list(_XSPACE_NUMBER.finditer(text))
         field = rng.choice(fields)
@@ -316,11 +349,19 @@ def _mutate_xspace_text(rng: random.Random, text: str) -> tuple[str, str]:
     if choice == 3:  # a block (event, stat, metadata entry, line) removed: dangling ids, empty lines
         blocks = [m for m in re.finditer(r"\b(events|stats|event_metadata|stat_metadata|lines) \{", text)]
         block = rng.choice(blocks)
-        end, depth = block.end(), 1
-        while depth:
-            depth += {"{": 1, "}": -1}.get(text[end], 0)
-            end += 1
-        return f"a {block[1]} block removed", text[:block.start()] + text[end:]
+        return f"a {block[1]} block removed", text[:block.start()] + text[block_end(block.end(), text):]
+    lines = [] if choice != 5 or len(text) > _XSPACE_REPEAT_TEXT else \
+        [(m.start(), block_end(m.end(), text)) for m in re.finditer(r"\blines \{", text)]
+    lines = [(a, b) for a, b in lines if re.search(r"\bevents \{", text[a:b])]
+    if lines:  # repeated lines: one event written many times in its line, the line copied
+        a, b = rng.choice(lines)
+        line = text[a:b]
+        event = rng.choice(list(re.finditer(r"\bevents \{", line)))
+        end = block_end(event.end(), line)
+        times, copies = rng.choice(_XSPACE_REPEATS), rng.choice(_XSPACE_LINE_COPIES)
+        line = line[:event.start()] + " ".join([line[event.start():end]] * times) + line[end:]
+        return f"an event repeated {times} times in a line written {copies} times", \
+            text[:a] + "\n".join([line] * copies) + text[b:]
     event = rng.choice(list(re.finditer(r"events \{", text)))
     extra = rng.choice(("stats { metadata_id: 424242 int64_value: 1 }", "stats { metadata_id: 1 }",
                         "stats { metadata_id: 1 ref_value: 99 }", "stats { metadata_id: 2 bytes_value: \"\\377\" }",
@@ -351,7 +392,7 @@ def _xspace_case(rng: random.Random, fmt: str, seeds: Seeds) -> tuple[list[str],
 # --- nsys SQLite --------------------------------------------------------------------------------------
 
 _SQL_VALUES = ("9223372036854775807", "-9223372036854775808", "4611686018427387904", "-1", "0", "1e300", "-1e300",
-               "0.5", "'NaN'", "'12abc'", "''", "X'FFFE00'", "NULL", "CAST(X'C328FF' AS TEXT)",
+               "9e999", "-9e999", "0.5", "'NaN'", "'12abc'", "''", "X'FFFE00'", "NULL", "CAST(X'C328FF' AS TEXT)",
                "'9223372036854775808'", "'" + "x" * 10_000 + "'")
 
 
@@ -360,8 +401,18 @@ def _mutate_nsys(rng: random.Random, con: sqlite3.Connection) -> str:
     tables = [t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     used = [t for t in tables if t in NSYS_TABLES] or tables
     table = rng.choice(used)
-    columns = [c[1] for c in con.execute(f'PRAGMA table_info("{table}")')]
-    choice = rng.randrange(8)
+    info = con.execute(f'PRAGMA table_info("{table}")').fetchall()
+    columns = [c[1] for c in info]
+    choice = rng.randrange(10)
+    integers = [c[1] for c in info if "INT" in (c[2] or "").upper()]  # INTEGER columns: times, ids, StringIds ids
+    if choice >= 8 and integers:  # REAL/TEXT in integer columns (a key column refuses: IntegrityError)
+        column, value = rng.choice(integers), rng.choice(("9e999", "-9e999", "1.5", "'3x'", "X'00'", "X'0102'"))
+        rows = rng.choice(("every row", "the last row", "every third row"))
+        where = {"every row": "", "the last row": f' WHERE rowid = (SELECT max(rowid) FROM "{table}")',
+                 "every third row": " WHERE rowid % 3 = 0"}[rows]
+        con.execute(f'UPDATE "{table}" SET "{column}" = {value}{where}')
+        return f"REAL/TEXT in integer column {table}.{column} = {value} in {rows}"
+    choice %= 8
     if choice <= 3 and columns:
         column, value = rng.choice(columns), rng.choice(_SQL_VALUES)
         rows = rng.choice(("every row", "the first row", "even rows"))

@@ -59,7 +59,7 @@ def test_fuzzed_trace_imports_or_is_refused_in_one_line(number: int, seeds: Seed
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("words", ["many tracks"])
+@pytest.mark.parametrize("words", ["many tracks", "in a line written", "REAL/TEXT in integer column"])
 def test_the_first_case_of_a_mutation_kind_imports_and_reports(words: str, seeds: Seeds, tmp_path: Path) -> None:
     """The first case of each issue-22 mutation kind, with `workbench report` on it whatever its number."""
     def label(number: int) -> str:

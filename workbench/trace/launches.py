@@ -40,14 +40,30 @@ def launchers(kind: np.ndarray, corr: np.ndarray, parent: np.ndarray, ext: np.nd
 
 
 def enclosing(start: np.ndarray, parent: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """From each row in `start`, follow `parent` up to the first row where `wanted` holds (-1 if none)."""
+    """From each row in `start`, follow `parent` up to the first row where `wanted` holds (-1 if none).
+
+    A few steps up one parent at a time (enough for the usual nesting); rows still climbing then jump by
+    pointer doubling over the whole column, so a chain of any depth costs O(rows × log depth)."""
     rows = start.copy()
-    for _ in range(np.iinfo(np.int16).max):
+    for _ in range(_PLAIN_STEPS):
         climb = (rows >= 0) & ~wanted[np.maximum(rows, 0)]
         if not climb.any():
-            break
+            return rows
         rows[climb] = parent[rows[climb]]
+    # jump[r]: r itself where wanted (or -1), else a row further up the chain towards the first wanted one
+    jump = np.where(wanted | (parent < 0), np.where(wanted, np.arange(len(parent)), -1), parent)
+    for _ in range(64):  # 2**64 steps: more than any chain (parents come before their children, so no cycles)
+        up = np.where(jump >= 0, jump[np.maximum(jump, 0)], -1)
+        if (up == jump).all():
+            break
+        jump = up
+    live = rows >= 0
+    rows[live] = jump[rows[live]]
     return rows
+
+
+_PLAIN_STEPS = 64
+"""Parent steps `enclosing` takes one at a time before it switches to pointer doubling."""
 
 
 def per_process(pid: np.ndarray, ids: np.ndarray, absent: int = -1) -> np.ndarray:

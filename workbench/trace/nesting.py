@@ -3,12 +3,17 @@
 Readers call these on whole columns; a Python loop over a million spans would cost seconds.
 Spans on one track are assumed to nest (as host threads' ranges do); where they merely overlap,
 the later span is treated as a child of the one still open, and a parent that does not cover
-the child's start is dropped.
+the child's start is dropped. Identical spans nest as a chain, each inside the one before it; the cost
+stays O(n log n) however deep a chain is.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+DEPTH_LIMIT = int(np.iinfo(np.int16).max)
+"""The deepest depth the `depth` column holds; `nest_spans` gives deeper spans this depth (their parents
+stay exact), so a reader can refuse a trace that nests deeper (`depth.max() >= DEPTH_LIMIT`)."""
 
 
 def _track_segments(track: np.ndarray, order: np.ndarray) -> list[np.ndarray]:
@@ -64,22 +69,29 @@ def nest_spans(track: np.ndarray, start: np.ndarray, dur: np.ndarray) -> tuple[n
         group_end = np.searchsorted(s, s, side="right")
         ended_before = ended - np.minimum(z, group_end - pos)
         d = np.maximum(pos - ended_before, 0)
-        seg_parent = np.full(len(seg), -1, dtype=np.int64)
-        for level in range(1, int(d.max()) + 1 if len(d) else 0):
-            kids = np.flatnonzero(d == level)
-            cands = np.flatnonzero(d == level - 1)
-            if len(kids) == 0 or len(cands) == 0:
-                continue
-            k = np.searchsorted(cands, kids) - 1
-            ok = k >= 0
-            seg_parent[kids[ok]] = cands[k[ok]]
+        seg_parent = _last_one_level_up(d)
         has = seg_parent >= 0
         covered = np.zeros(len(seg), dtype=bool)
         covered[has] = e[seg_parent[has]] > s[has]
         seg_parent[~covered] = -1
-        depth[seg] = np.where(covered | (d == 0), d, 0).astype(np.int16)
+        depth[seg] = np.minimum(np.where(covered | (d == 0), d, 0), DEPTH_LIMIT).astype(np.int16)
         parent[seg[covered]] = seg[seg_parent[covered]]
     return parent, depth
+
+
+def _last_one_level_up(d: np.ndarray) -> np.ndarray:
+    """For each position, the last earlier position whose level is one less (-1 if none), for all levels
+    at once: one sort by (level, position) and one binary search, so a chain of identical spans a million
+    deep costs what a flat track does (a loop over levels would cost levels × spans)."""
+    pos = np.arange(len(d), dtype=np.int64)
+    if len(d) == 0:
+        return pos
+    by_level = np.argsort(d, kind="stable")  # by level, then position
+    width = len(d) + 1
+    keys = d[by_level].astype(np.int64) * width + by_level
+    found = np.searchsorted(keys, (d.astype(np.int64) - 1) * width + pos) - 1
+    at = by_level[np.maximum(found, 0)]
+    return np.where((d > 0) & (found >= 0) & (d[at] == d - 1), at, -1)
 
 
 def innermost_enclosing(

@@ -68,8 +68,10 @@ def mark_annotations(kind: np.ndarray, undecided: np.ndarray, name: np.ndarray, 
     """Mark as `annotation` the undecided ranges with an annotation or a jitted call inside."""
     kind = kind.copy()
     launch = np.array([str(s).startswith(LAUNCH) for s in name], dtype=bool)
-    for level in range(int(depth.max()) if len(depth) else 0, 0, -1):
-        rows = np.flatnonzero(depth == level)
+    by_level = np.argsort(depth, kind="stable")  # grouped once: a deep chain costs levels + rows, not their product
+    bounds = np.searchsorted(depth[by_level], np.arange(int(depth.max()) + 2 if len(depth) else 0))
+    for level in range(len(bounds) - 2, 0, -1):
+        rows = by_level[bounds[level]:bounds[level + 1]]
         marks = (kind[rows] == KIND_CODES["annotation"]) | launch[rows]
         up = parent[rows[marks]]
         up = up[(up >= 0) & undecided[np.maximum(up, 0)]]

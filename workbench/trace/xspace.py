@@ -74,7 +74,7 @@ from workbench.trace import schema
 from workbench.trace.columns import dict_array, encode_strings, grouped
 from workbench.trace.launches import launchers, per_process
 from workbench.trace.model import Trace
-from workbench.trace.nesting import nest_spans
+from workbench.trace.nesting import DEPTH_LIMIT, nest_spans
 from workbench.trace.schema import KIND_CODES, TIME_LIMIT_NS
 from workbench.trace.xla_host import (
     CORRELATION,
@@ -213,10 +213,13 @@ class _Reader:
         self.lines: Counter[str] = Counter()
         self.skipped: Counter[str] = Counter()
         self.warnings: list[str] = []
+        self.repeats: Counter[tuple[str, float, float]] = Counter()  # runs of identical spans per track
+        self.file = path
 
     def add(self, index: int, file: Path, data: Any) -> None:
         """Append the events of one host's XSpace."""
         host = file.name.removesuffix(SUFFIX)
+        self.file = file
         try:
             self._add_planes(index, host, data)
         except UnicodeDecodeError as exc:  # a name that is not UTF-8 (jax decodes every string it hands out)
@@ -247,7 +250,8 @@ class _Reader:
               stream: frozenset[str] | None = None) -> None:
         """Append one line's events. `kind` None picks it per event: by the line's event types on a device's
         stream line (`stream` given), else as on a host thread; a host event with a correlation id is `runtime`."""
-        n = 0
+        n = run = 0
+        last: tuple[str, float, float] = (track, np.nan, np.nan)
         for event in line.events:
             start, dur = event.start_ns, event.duration_ns
             if not (abs(start) < TIME_LIMIT_NS and abs(start + max(dur, 0)) < TIME_LIMIT_NS):  # NaN too
@@ -271,16 +275,37 @@ class _Reader:
             self.name.append(event.name)
             self.classify.append(event_kind is None)
             self.kind.append(KIND_CODES[event_kind or "op"])
-            self.track.append(f"{track}{PYTHON_LANE}" if event_kind == "python" and kind is None else track)
+            lane = f"{track}{PYTHON_LANE}" if event_kind == "python" and kind is None else track
+            self.track.append(lane)
+            if start == last[1] and dur == last[2] and lane == last[0]:
+                run += 1
+            else:
+                self._repeated(line.name, last, run)
+                last, run = (lane, start, dur), 1
             self.corr.append(corr)
             self.flops.append(_number(stats, "flops"))
             moved = _number(stats, "bytes_accessed")
             self.bytes.append(size if np.isnan(moved) else moved)
             self.args.append(json.dumps(stats, ensure_ascii=False) if stats else None)
+        self._repeated(line.name, last, run)
         self.device.extend([device] * n)
         self.pid.extend([pid] * n)
         self.tid.extend([tid] * n)
         self.lines[track] += n
+
+    def _repeated(self, line: str, span: tuple[str, float, float], run: int) -> None:
+        """Count a run of `run` identical spans (track, start, duration), adding those of earlier lines with
+        the same name: identical spans nest as a chain, so once there are too many for the depth column the
+        file is refused here, without reading the rest of it (`_check_depth` catches any other deep nesting)."""
+        track, start, dur = span
+        if run < 2 or round(dur) <= 0:  # spans of length 0 (once rounded to ns) do not nest
+            return
+        self.repeats[span] += run
+        if self.repeats[span] > DEPTH_LIMIT:  # the last of them would be DEPTH_LIMIT deep
+            raise TraceFormatError(self.file, (
+                f"line {line!r} (track {track}) repeats one event (start {start:.0f} ns, {dur:.0f} ns long) "
+                f"{self.repeats[span]:,} times or more: identical events nest, each inside the one before, "
+                f"deeper than the {DEPTH_LIMIT:,} levels a trace holds"))
 
     def trace(self) -> Trace:
         raw_start = np.asarray(self.start, dtype=np.float64)
@@ -290,6 +315,7 @@ class _Reader:
         track, track_labels = encode_strings(self.track)
         device, device_labels = encode_strings(self.device)
         parent, depth = nest_spans(track, start, dur)
+        self._check_depth(depth, track, track_labels, start)
         kind = mark_annotations(np.asarray(self.kind, dtype=np.int8), np.asarray(self.classify, dtype=bool),
                             np.asarray(self.name, dtype=object), parent, depth)
         xla_cpu_modules(kind, self.name, self.args, parent)
@@ -320,6 +346,15 @@ class _Reader:
             schema=schema.EVENTS,
         )
         return Trace(events=events, metadata=self._metadata(round(origin), n))
+
+    def _check_depth(self, depth: np.ndarray, track: np.ndarray, labels: list[str], start: np.ndarray) -> None:
+        """Refuse a trace whose spans nest deeper than the depth column holds (`nest_spans` caps them)."""
+        if not len(depth) or int(depth.max()) < DEPTH_LIMIT:
+            return
+        row = int(np.argmax(depth))
+        raise TraceFormatError(self.path, (
+            f"events on track {labels[track[row]]} nest {DEPTH_LIMIT:,} or more levels deep (at {start[row]} ns "
+            f"from the start), deeper than a trace holds"))
 
     def _metadata(self, origin_ns: int, n_events: int) -> dict[str, Any]:
         return {
