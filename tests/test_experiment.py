@@ -277,3 +277,29 @@ def test_the_defaults_are_the_default_experiment():
     assert (settings.model, settings.variants, settings.batch, settings.seq) == ("tiny-gpt", DEFAULT_VARIANTS, 4, None)
     assert settings.variants == ("eager", "bf16", "compile", "int8")
     assert settings.to_dict()["profile_settings"]["record_setup"] is True
+
+
+@pytest.mark.parametrize(("variant", "device", "first"), [("jax-jit", "cuda", True), ("jax-jit", "cuda:1", True),
+                                                         ("jax-jit", "cpu", False), ("eager", "cuda", False)])
+def test_jax_variants_on_a_gpu_are_profiled_first(variant, device, first):
+    from workbench.backends import get_variant
+
+    assert experiment_module.profiled_first(get_variant(variant, 2, device)) is first
+
+
+def test_runs_profiled_first_are_profiled_before_the_others_and_listed_in_order(tmp_path, monkeypatch):
+    root = tmp_path / "traces"
+    profiled: list[str] = []
+    real = framework_profiler.profile_variant
+
+    def recording(variant, *args, **kwargs):
+        profiled.append(variant.name)
+        return real(variant, *args, **kwargs)
+
+    monkeypatch.setattr(framework_profiler, "profile_variant", recording)
+    monkeypatch.setattr(experiment_module, "profiled_first", lambda variant: variant.name == "bf16")
+    settings = ExperimentSettings(model="mlp", variants=("eager", "bf16"), model_overrides={"hidden": 16}, **FAST)
+    result = run_experiment(settings, root)
+    assert profiled == ["bf16", "eager"]
+    assert [run.variant for run in result.runs] == ["eager", "bf16"]
+    assert read_experiment(root, result.experiment_id).info["variants"] == ["eager", "bf16"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -155,6 +156,47 @@ def test_metrics_join_the_measured_kernels_by_name_and_order(table):
     assert joined["id"].tolist()[:3] == [0, 1, 2] and math.isnan(joined["id"].tolist()[3])
     assert joined["duration_ns"].tolist()[:3] == pytest.approx([12_580.0, 3_200.0, 12_610.0])
     assert math.isnan(joined["duration_ns"].iloc[3])  # the third GEMM was not profiled
+    assert joined.attrs["unmatched"] == 0
+
+
+# One kernel as Kineto and as Nsight Compute spelled it on an H200 (torch 2.11, ncu 2025.3): namespaces, template
+# arguments and the parameter list differ, and ncu counts `launch` per its own spelling.
+H200_SPELLINGS = {
+    "add": ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+            "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)",
+            "void at::vectorized_elementwise_kernel<4, at::CUDAFunctor_add<float>, std::array<char *, 3>>(int, T2, T3)"),  # noqa: E501
+    "gelu": ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, "  # noqa: E501
+             "at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#2}::operator()() const::"
+             "{lambda(float)#1}, std::array<char*, 2ul> >(int, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, "
+             "at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#2}::operator()() const::"
+             "{lambda(float)#1}, std::array<char*, 2ul>)",
+             "void at::vectorized_elementwise_kernel<4, at::GeluCUDAKernelImpl(at::TensorIteratorBase &, at::GeluType)::"  # noqa: E501
+             "[lambda() (instance 2)]::operator ()() const::[lambda() (instance 2)]::operator ()() const::"
+             "[lambda(float) (instance 1)], std::array<char *, 2>>(int, T2, T3)"),
+    "norm": ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, false>(int, float, "
+             "float const*, float const*, float const*, float*, float*, float*)",
+             "void at::<unnamed>::vectorized_layer_norm_kernel<float, float, 0>(int, T2, const T1 *, const T1 *, "
+             "const T1 *, T2 *, T2 *, T1 *)"),
+    "attention": ("fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float, "
+                  "cutlass::arch::Sm80, true, 64, 64, 64, true, true>::Params)",
+                  "fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float, "
+                  "cutlass::Sm80, 1, 64, 64, 64, 1, 1>::Params)"),
+}
+
+
+def test_kineto_and_ncu_spellings_of_one_kernel_pair_in_launch_order():
+    order = ["norm", "add", "attention", "gelu", "add", "norm"]
+    trace = _trace([(H200_SPELLINGS[k][0], 200 + 100 * i) for i, k in enumerate(order)])
+    per_name: dict[str, int] = {}
+    launches = []
+    for k in order:
+        launches.append(per_name.get(k, 0))
+        per_name[k] = launches[-1] + 1
+    metrics = pd.DataFrame({"id": range(len(order)), "kernel": [H200_SPELLINGS[k][1] for k in order],
+                            "launch": launches, "duration_ns": [1_000.0 * (i + 1) for i in range(len(order))]})
+    joined = join_kernel_metrics(trace, metrics)
+    assert joined["duration_ns"].tolist() == metrics["duration_ns"].tolist()  # each launch with its own metrics
+    assert [name.split("<")[0] for name in joined["kernel"]] == [name.split("<")[0] for name in metrics["kernel"]]
     assert joined.attrs["unmatched"] == 0
 
 

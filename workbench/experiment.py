@@ -49,7 +49,7 @@ from workbench.backends import (
     get_backend,
     get_variant,
 )
-from workbench.backends.devices import torch_supports
+from workbench.backends.devices import parse_device, torch_supports
 from workbench.errors import WorkbenchError
 from workbench.models import LoadedModel, load_model
 from workbench.paths import checked_root
@@ -257,6 +257,15 @@ def run_experiment(
         return _Experiment(settings, root, progress or NullProgress(), loaded, inputs, timings).run()
 
 
+def profiled_first(variant: Variant) -> bool:
+    """Whether `variant` is profiled before the others: a JAX variant on a GPU. CUPTI takes one subscriber per
+    process, and once torch.profiler (Kineto) has subscribed, XLA's GPU tracer fails to
+    (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) and its trace holds the host alone; XLA's tracer lets go
+    when it stops, so Kineto can follow it (both seen on an H200)."""
+    jax = get_backend(variant.backend).framework_profiler == "jax.profiler"
+    return jax and parse_device(variant.device).type == "cuda"
+
+
 class _Experiment(Runner[_VariantRun, "RunResult"]):
     """The steps of `run_experiment` after the model is loaded, on the runner's skeleton."""
 
@@ -355,6 +364,9 @@ class _Experiment(Runner[_VariantRun, "RunResult"]):
     def profiles(self, run: _VariantRun) -> bool:
         """Whether `run`'s shape is one this experiment profiles (`profile_shapes`)."""
         return run.shape in self._profiled_shapes
+
+    def profiles_first(self, run: _VariantRun) -> bool:
+        return profiled_first(run.variant)
 
     def profile_run(self, run: _VariantRun, folder: Path) -> Trace | None:
         """The trace of `run`'s profiled lifecycle under the chosen profiler, FLOPs attached, completed by

@@ -163,6 +163,11 @@ class Runner(Generic[RunT, ResultT]):
         """Whether `run` is profiled when the runner profiles (a sweep may profile some of its runs only)."""
         return True
 
+    def profiles_first(self, run: RunT) -> bool:
+        """Whether `run` is profiled before the others (its profiler must start before another holds a
+        resource, as XLA's CUPTI tracer must before Kineto's). No run by default."""
+        return False
+
     def profile_run(self, run: RunT, folder: Path) -> Trace | None:
         """The trace of `run`'s profiled run, its raw output in `folder`; None (and `run` failed) if it could
         not be made. Exceptions fail the run, except a full disk, which stops the runner."""
@@ -210,7 +215,7 @@ class Runner(Generic[RunT, ResultT]):
             self.benchmark([run for run in runs if run.ok])
         self.progress.start("write", len(runs) + 1)
         with staged(self.root, self.experiment_id) as stage:
-            for run in runs:
+            for run in sorted(runs, key=lambda run: not self.profiles_first(run)):
                 self._capture(run, stage)
             with self._phase("write"):
                 record = self.record(runs)

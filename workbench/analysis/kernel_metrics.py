@@ -4,7 +4,9 @@ The two come from different runs of the same variant (ncu replays each kernel, s
 not the timeline's): they are matched by kernel name and order. The n-th launch of a kernel inside the
 trace's measured region pairs with the n-th profiled launch of that kernel, since both runs bracket
 the same measured iterations (`measure` phase; ncu profiles from cudaProfilerStart). Names are
-compared with whitespace removed, as tools print template arguments with and without spaces.
+compared by `name_key`, the function's own name: the tools spell the rest differently (on an H200, Kineto's
+`void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, false>(int, float, ...)`
+is ncu's `void at::<unnamed>::vectorized_layer_norm_kernel<float, float, 0>(int, T2, ...)`).
 
 `measured_work` turns the joined rows into the work the roofline takes from Nsight Compute: FLOPs from
 the SASS and tensor-pipe counters (`workbench.trace.ncu`), DRAM bytes read plus written, and ncu's own
@@ -12,8 +14,6 @@ kernel duration, measured in the same replay as the counters.
 """
 
 from __future__ import annotations
-
-import re
 
 import numpy as np
 import pandas as pd
@@ -34,8 +34,26 @@ JOIN_COLUMNS = ["row", "name", "start_ns", "dur_ns", "device", "launch"]
 
 
 def name_key(name: str) -> str:
-    """The form of a kernel name used for matching: without whitespace."""
-    return re.sub(r"\s+", "", name)
+    """The form of a kernel name used for matching Kineto's and Nsight Compute's spellings: the function's
+    own name, without return type, namespaces, template arguments or parameters. The two tools spell
+    those parts differently for one kernel, and launches of one name are paired in order, so the
+    instantiations of a template (all named `elementwise_kernel`) pair as the runs launched them."""
+    key = _without_trailing_group(_without_trailing_group(name.strip(), "(", ")"), "<", ">")
+    words = key.split("::")[-1].split()
+    return words[-1] if words else name
+
+
+def _without_trailing_group(text: str, opening: str, closing: str) -> str:
+    """`text` less the bracketed group that ends it (with what it nests), if it ends in one."""
+    text = text.rstrip()
+    if not text.endswith(closing):
+        return text
+    depth = 0
+    for i in range(len(text) - 1, -1, -1):
+        depth += (text[i] == closing) - (text[i] == opening)
+        if depth == 0:
+            return text[:i].rstrip() if i > 0 else text
+    return text
 
 
 def trace_kernels(trace: Trace, phase: str | None = PHASE_MEASURE) -> pd.DataFrame:
@@ -78,6 +96,9 @@ def join_kernel_metrics(trace: Trace, metrics: pa.Table | pd.DataFrame,
     kernels = trace_kernels(trace, phase)
     frame["_key"] = frame["kernel"].astype(str).map(name_key)
     kernels["_key"] = kernels["name"].map(name_key)
+    # the table's `launch` counts launches per ncu spelling; the join counts them per key, as the trace side does
+    frame = frame.sort_values("id", kind="stable", na_position="last") if "id" in frame.columns else frame
+    frame["launch"] = frame.groupby("_key", sort=False).cumcount().astype(np.int64)
     frame = frame.drop(columns=[c for c in ("row", "name", "start_ns", "dur_ns") if c in frame.columns])
     frame = frame.rename(columns={"device": "ncu_device"}) if "device" in frame.columns else frame
     joined = kernels.merge(frame, how="left", on=["_key", "launch"], sort=False)
