@@ -109,6 +109,56 @@ def test_the_span_route_names_folded_lanes_and_their_tracks(tmp_path):
     assert sum(lane["events"] for lane in reply["lanes"]) == 5_000 + 27
 
 
+def _threads_run(tmp_path, n: int = 5_000) -> Path:
+    write_bundle(tmp_path, "threads", {"device": "cpu"}, threads_trace(n))
+    return tmp_path / "threads"
+
+
+def test_a_folded_lane_expands_into_its_tracks_a_page_at_a_time(tmp_path):
+    run = _threads_run(tmp_path)
+    whole = spans.window(run, 0, 60_000, 400, max_spans=10)
+    folded = whole["lanes"][-1]
+    reply = spans.window(run, 0, 60_000, 400, max_spans=10, expand=folded["lane"], offset=100)
+    assert reply["expanded"] == {"lane": folded["lane"], "offset": 100, "shown": MAX_LANES, "tracks": folded["tracks"]}
+    lanes_ = reply["lanes"]
+    assert len(lanes_) == 2 * MAX_LANES  # the other lanes, a page of tracks, and the folded lane for the rest
+    assert [lane["lane"] for lane in lanes_[:MAX_LANES - 1]] == list(range(MAX_LANES - 1))
+    page = lanes_[MAX_LANES - 1:-1]
+    assert [lane["lane"] for lane in page] == [MAX_LANES + i for i in range(MAX_LANES)]
+    assert {lane["parent"] for lane in page} == {folded["lane"]} and {lane["tracks"] for lane in page} == {1}
+    # the folded threads have one event each: busiest first, then by name, from the 100th
+    quiet = sorted(lane["label"] for lane in spans.window(run, 0, 60_000, 400)["lanes"][:-1])
+    expected = [f"thread {t}" for t in range(5_000) if f"thread {t}" not in quiet][100:100 + MAX_LANES]
+    assert [lane["label"] for lane in page] == expected
+    rest = lanes_[-1]
+    assert rest["lane"] == folded["lane"] and rest["tracks"] == folded["tracks"] - MAX_LANES
+    assert rest["label"] == f"{folded['tracks'] - MAX_LANES:,} more threads"
+    # every event is in exactly one lane, and the reply still draws what the window holds
+    assert sum(lane["events"] for lane in lanes_) == sum(lane["events"] for lane in whole["lanes"])
+    assert reply["events"] == whole["events"] and reply["spans"] <= 10
+
+
+def test_an_expanded_track_draws_its_spans_and_density(tmp_path):
+    run = _threads_run(tmp_path, n=200)
+    folded = spans.window(run, 0, 3_000, 100)["lanes"][-1]
+    reply = spans.window(run, 0, 3_000, 100, max_spans=100_000, expand=folded["lane"])
+    first = next(lane for lane in reply["lanes"] if lane.get("parent") == folded["lane"])
+    thread = int(first["label"].split()[-1])
+    assert first["mode"] == "spans" and first["spans"]["start_ns"] == [10 * thread] and first["in_window"] == 1
+    dense = spans.window(run, 0, 3_000, 100, max_spans=1, expand=folded["lane"])
+    lane = next(lane for lane in dense["lanes"] if lane["label"] == first["label"])
+    assert lane["mode"] == "density" and lane["bins"]["count"] == [1]
+    assert lane["bins"]["busy"] == [pytest.approx(5 / 30, abs=1e-4)] and dense["names"][lane["bins"]["name"][0]]
+
+
+@pytest.mark.parametrize(("expand", "offset", "words"), [(0, 0, "nothing to expand"), (64, 0, "lanes 0 to 63"),
+                                                        (63, 10_000, "offset is 0 to")])
+def test_what_cannot_be_expanded_is_refused_naming_why(tmp_path, expand, offset, words):
+    run = _threads_run(tmp_path)
+    with pytest.raises(spans.QueryError, match=words):
+        spans.window(run, 0, 60_000, 400, expand=expand, offset=offset)
+
+
 def test_the_report_of_a_20k_thread_trace_names_the_folded_lane(tmp_path):
     write_bundle(tmp_path, "threads", {"device": "cpu"}, threads_trace(20_000))
     out = tmp_path / "report.html"

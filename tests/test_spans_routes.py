@@ -55,6 +55,9 @@ BAD = [("spans?end_ns=10&width_px=5", "start_ns: missing"), ("spans?start_ns=10&
        ("spans?start_ns=0&end_ns=10&width_px=0", "width_px"), ("spans?start_ns=0&end_ns=10&width_px=abc", "width_px"),
        ("spans?start_ns=0x10&end_ns=99&width_px=5", "start_ns"), ("spans?start_ns=0&end_ns=9&width_px=5&max_spans=0",
                                                                  "max_spans"),
+       ("spans?start_ns=0&end_ns=9&width_px=5&expand=0", "nothing to expand"),
+       ("spans?start_ns=0&end_ns=9&width_px=5&expand=x", "expand"), ("spans?start_ns=0&end_ns=9&width_px=5&offset=-1",
+                                                                    "offset"),
        ("search?q=", "q:"), ("search?q=a&regex=2", "regex"), ("search?q=(&regex=1", "regular expression"),
        ("search?q=a&limit=-1", "limit"), ("aggregate?start_ns=5&end_ns=1", "greater than"), ("events/abc", "row")]
 
@@ -75,3 +78,17 @@ def test_runs_outside_the_root_are_not_reached(api, run, jp_root_dir, tmp_path):
     code, reply = api.call("GET", "runs/linked/search?q=mm")
     assert code == 422 and "outside the traces root" in reply["message"]
     assert api.call("GET", "runs/r/events/999999")[0] == 404
+
+
+def test_a_folded_lane_expands_through_the_spans_route(api, jp_root_dir):
+    from test_lane_folding import threads_trace
+
+    from workbench.trace.bundle import write_bundle
+
+    write_bundle(jp_root_dir / "traces", "threads", {"device": "cpu"}, threads_trace(300))
+    folded = api.ok("GET", "runs/threads/spans?start_ns=0&end_ns=4000&width_px=50")["lanes"][-1]
+    path = f"runs/threads/spans?start_ns=0&end_ns=4000&width_px=50&expand={folded['lane']}&offset=64"
+    reply = api.ok("GET", path)
+    expected = spans.window(jp_root_dir / "traces" / "threads", 0, 4_000, 50, expand=folded["lane"], offset=64)
+    assert reply == json.loads(json.dumps(expected))
+    assert reply["expanded"]["shown"] == 64 and reply["lanes"][-1]["tracks"] == folded["tracks"] - 64

@@ -165,3 +165,46 @@ return i != null && d.value[d.field.indexOf('row')] == spans.data.row[i].toLocal
     page.set_viewport_size({"width": 1500, "height": 950})
     assert page.seen.errors == []
     assert page.seen.dialogs == []
+
+
+@pytest.fixture(scope="module")
+def threads_run(lab) -> str:
+    from test_lane_folding import threads_trace
+
+    info = {"model": {"name": "threads"}, "variant": {"name": "kineto import"}, "device": "cpu"}
+    write_bundle(lab.traces, "threads-2000", info, threads_trace(2_000))
+    return "threads-2000"
+
+
+def test_a_folded_lane_expands_in_the_panel(lab, page, threads_run):
+    page.locator("#jp-workbench-sidebar").get_by_role("button", name="Refresh", exact=True).click()
+    run_row(page, threads_run).wait_for(timeout=30_000)
+    run_row(page, threads_run).locator(".jp-Workbench-runName").click()
+    wait_for_plots(page, view_selector([threads_run]))
+    wait_for(page, "return remote._wb_api != null")
+    labels = "const o = plot.left[0].major_label_overrides; return [...o.values()]"
+    before = evaluate(page, labels)
+    folded = [label for label in before if label.endswith("more threads")]
+    assert len(before) == 64 and len(folded) == 1
+    tracks = int(folded[0].split(" · ")[1].split()[0].replace(",", ""))
+    picker = page.locator("select:has(option:has-text('folded lanes: expand one'))")
+    picker.wait_for(state="visible", timeout=30_000)
+
+    picker.select_option(label=folded[0])
+    wait_for(page, "return remote._wb_expanded != null && remote._wb_expanded.offset == 0")
+    shown = evaluate(page, labels)
+    assert len(shown) == 63 + 64 + 1 and f"cpu · {tracks - 64:,} more threads" in shown
+    new = [label for label in shown if label not in before]
+    assert len(new) == 65 and sum(label.startswith("cpu · thread ") for label in new) == 64
+    wait_for(page, "return spans.data.lane.some((lane) => lane >= 64)")  # the tracks' own spans are drawn
+    assert page.get_by_text(f"tracks 1 to 64 of {tracks:,}, busiest first").is_visible()
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(IMAGES / "timeline-expanded.png"))
+
+    page.get_by_role("button", name="next 64 ▶").click()
+    wait_for(page, "return remote._wb_expanded != null && remote._wb_expanded.offset == 64")
+    assert page.get_by_text(f"tracks 65 to 128 of {tracks:,}, busiest first").is_visible()
+    picker.select_option(label="folded lanes: expand one…")
+    wait_for(page, "return remote._wb_expanded == null")
+    assert evaluate(page, labels) == before
+    assert page.seen.errors == []

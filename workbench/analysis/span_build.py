@@ -91,7 +91,7 @@ def _build(events: pq.ParquetFile) -> dict[str, Any]:
     marker = np.array([n in PHASE_NAMES or STEP_NAME.fullmatch(n) is not None for n in names], dtype=bool)
     is_marker = marker[name] | (kind == _code(kinds, "annotation"))
     long, short_max = _long_events(dur, lane_start)
-    busy = _busy_union(start, dur, is_marker, lane_start)
+    busy = busy_union(start, dur, is_marker, lane_start)
     block_key = np.r_[np.maximum.reduceat(longest_keys(is_marker, dur, np.arange(n)), np.arange(0, n, BLOCK))
                       if n else np.zeros(0, np.int64), -1]
     extent = (int(start.min()), int(np.maximum(start + dur, start + 1).max())) if n else (0, 0)
@@ -137,7 +137,7 @@ def _long_events(dur: np.ndarray, lane_start: np.ndarray) -> tuple[tuple[np.ndar
     return tuple(long), short_max
 
 
-def _busy_union(start: np.ndarray, dur: np.ndarray, is_marker: np.ndarray,
+def busy_union(start: np.ndarray, dur: np.ndarray, is_marker: np.ndarray,
                 lane_start: np.ndarray) -> dict[str, np.ndarray]:
     """Each lane's union of work intervals and the covered time before each interval of the union. Events
     are in (lane, start) order already, so a lane's union is one running maximum of the ends over its
@@ -169,6 +169,20 @@ def _busy_union(start: np.ndarray, dur: np.ndarray, is_marker: np.ndarray,
     lane_first = covered[np.minimum(offsets[:-1], len(covered) - 1)] if len(covered) else np.zeros(n_lanes, np.int64)
     before = covered - np.repeat(lane_first, np.diff(offsets))  # an empty lane repeats its (any) value 0 times
     return {"busy_offset": offsets, "busy_start": busy_start, "busy_end": busy_end, "busy_before": before}
+
+
+def covered_ns(busy_start: np.ndarray, busy_end: np.ndarray, busy_before: np.ndarray,
+               edges: np.ndarray) -> np.ndarray:
+    """Work time of one union of intervals (`busy_union`'s arrays for one lane) covered between consecutive
+    `edges` (sorted ns; float ns out)."""
+    if not len(busy_start):
+        return np.zeros(len(edges) - 1)
+    at = np.searchsorted(busy_start, edges, side="right") - 1
+    inside = at >= 0
+    idx = np.maximum(at, 0)
+    covered = np.where(inside, busy_before[idx] + np.clip(edges - busy_start[idx], 0, busy_end[idx] - busy_start[idx]),
+                       0)
+    return np.diff(covered.astype(np.float64))
 
 
 def _code(dictionary: np.ndarray, value: str) -> int:

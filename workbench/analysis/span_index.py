@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.analysis import span_file
-from workbench.analysis.span_build import BLOCK, INDEX_VERSION, build, longest_keys
+from workbench.analysis.span_build import BLOCK, INDEX_VERSION, build, covered_ns, longest_keys
 from workbench.errors import BundleError
 
 INDEX_FILE = "events.index"
@@ -162,14 +162,7 @@ class SpanIndex:
     def busy_ns(self, lane: int, edges: np.ndarray) -> np.ndarray:
         """Work time of lane `lane` covered between consecutive `edges` (sorted ns; float ns out)."""
         lo, hi = int(self.busy_offset[lane]), int(self.busy_offset[lane + 1])
-        if hi == lo:
-            return np.zeros(len(edges) - 1)
-        starts, ends, before = self.busy_start[lo:hi], self.busy_end[lo:hi], self.busy_before[lo:hi]
-        at = np.searchsorted(starts, edges, side="right") - 1
-        inside = at >= 0
-        idx = np.maximum(at, 0)
-        covered = np.where(inside, before[idx] + np.clip(edges - starts[idx], 0, ends[idx] - starts[idx]), 0)
-        return np.diff(covered.astype(np.float64))
+        return covered_ns(self.busy_start[lo:hi], self.busy_end[lo:hi], self.busy_before[lo:hi], edges)
 
 
     def longest(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from workbench.analysis.span_index import RUNS, SpanIndex
+from workbench.analysis.span_lanes import IndexLane, TrackLane, drawn_lanes
 from workbench.errors import BundleError, WorkbenchError
 from workbench.trace.bundle import Bundle, json_safe
 
@@ -54,42 +55,51 @@ def open_run(run: RunRef) -> tuple[str, SpanIndex]:
     return (run.run_id if isinstance(run, Bundle) else folder.name), RUNS.get(events)
 
 
-def window(run: RunRef, start_ns: int, end_ns: int, width_px: int, *, max_spans: int = MAX_SPANS) -> dict[str, Any]:
+def window(run: RunRef, start_ns: int, end_ns: int, width_px: int, *, max_spans: int = MAX_SPANS,
+           expand: int | None = None, offset: int = 0) -> dict[str, Any]:
     """The timeline of [start_ns, end_ns) drawn `width_px` pixels wide: per lane, real spans or density
-    (see the module docstring and docs/api-spans.md for the fields)."""
+    (see the module docstring and docs/api-spans.md for the fields). `expand` names a folded lane whose
+    tracks are drawn as lanes of their own, `MAX_LANES` of them from the `offset`-th busiest
+    (`workbench.analysis.span_lanes`)."""
     start_ns, end_ns, width_px, max_spans = int(start_ns), int(end_ns), int(width_px), int(max_spans)
     if end_ns <= start_ns:
         raise QueryError(f"end_ns ({end_ns}) must be greater than start_ns ({start_ns})")
     if width_px < 1 or max_spans < 1:
         raise QueryError(f"width_px and max_spans must be positive, got {width_px} and {max_spans}")
     run_id, index = open_run(run)
-    lanes = index.lanes
-    counts = [index.count_overlapping(lane, start_ns, end_ns) for lane in range(len(lanes))]
+    try:
+        lanes = drawn_lanes(index, expand, int(offset))
+    except ValueError as exc:
+        raise QueryError(str(exc)) from exc
+    counts = [lane.count(index, start_ns, end_ns) for lane in lanes]
     with_spans, total = set(), 0
-    for lane in sorted(range(len(lanes)), key=lambda lane: (counts[lane], lane)):
-        if total + counts[lane] > max_spans:
+    for i in sorted(range(len(lanes)), key=lambda i: (counts[i], i)):
+        if total + counts[i] > max_spans:
             break
-        total += counts[lane]
-        with_spans.add(lane)
+        total += counts[i]
+        with_spans.add(i)
     bin_ns = (end_ns - start_ns) / width_px
     edges = start_ns + np.floor(np.arange(width_px + 1) * bin_ns).astype(np.int64)
     edges[-1] = end_ns
     names, shapes = _Vocabulary(len(index.names)), _Vocabulary(len(index.shape_values))
     out_lanes = []
-    for lane, info in lanes.iterrows():
-        entry = {"lane": int(lane), "device": info["device"], "track": info["track"], "label": info["label"],
-                 "rows": int(info["max_depth"]) + 1, "events": int(info["events"]), "tracks": int(info["tracks"]),
-                 "in_window": counts[lane]}
-        if lane in with_spans:
+    for i, lane in enumerate(lanes):
+        entry = lane.info | {"in_window": counts[i]}
+        if i in with_spans:
             entry |= {"mode": "spans", "bins": None,
-                      "spans": _spans(index, index.overlapping(lane, start_ns, end_ns), names, shapes)}
+                      "spans": _spans(index, lane.overlapping(index, start_ns, end_ns), names, shapes)}
         else:
             entry |= {"mode": "density", "spans": None, "bins": _bins(index, lane, edges, bin_ns, names)}
         out_lanes.append(entry)
-    return {"run": run_id, "start_ns": start_ns, "end_ns": end_ns, "width_px": width_px, "bin_ns": bin_ns,
-            "extent_ns": list(index.extent), "max_spans": max_spans, "events": int(sum(counts)), "spans": total,
-            "names": names.values(index.names), "kinds": [str(k) for k in index.kinds],
-            "shapes": shapes.values(index.shape_values, SHAPES_CHARS), "lanes": out_lanes}
+    reply = {"run": run_id, "start_ns": start_ns, "end_ns": end_ns, "width_px": width_px, "bin_ns": bin_ns,
+             "extent_ns": list(index.extent), "max_spans": max_spans, "events": int(sum(counts)), "spans": total,
+             "names": names.values(index.names), "kinds": [str(k) for k in index.kinds],
+             "shapes": shapes.values(index.shape_values, SHAPES_CHARS), "lanes": out_lanes}
+    if expand is not None:
+        folded = int(index.lanes.iloc[expand]["tracks"])
+        shown = sum(lane.info.get("parent") == expand for lane in lanes)
+        reply["expanded"] = {"lane": int(expand), "offset": int(offset), "shown": shown, "tracks": folded}
+    return reply
 
 
 def search(run: RunRef, pattern: str, *, regex: bool = False, limit: int = 100,
@@ -236,19 +246,19 @@ def _spans(index: SpanIndex, positions: np.ndarray, names: _Vocabulary, shapes: 
             "launched": index.launched[positions].tolist()}
 
 
-def _bins(index: SpanIndex, lane: int, edges: np.ndarray, bin_ns: float, vocabulary: _Vocabulary) -> dict[str, list]:
+def _bins(index: SpanIndex, lane: IndexLane | TrackLane, edges: np.ndarray, bin_ns: float,
+          vocabulary: _Vocabulary) -> dict[str, list]:
     """The `bins` arrays of a lane: per non-empty pixel, events starting there, busy fraction, and the
     name and kind of its longest work event (markers rank below any work)."""
-    lanes = index.lane_slice(lane)
-    at = lanes.start + np.searchsorted(index.start[lanes], edges)
+    at = lane.starting(index, edges)
     count = np.diff(at)
-    busy = np.minimum(index.busy_ns(lane, edges) / bin_ns, 1.0)
+    busy = np.minimum(lane.busy_ns(index, edges) / bin_ns, 1.0)
     shown = np.flatnonzero((count > 0) | (busy > 0))
     name = np.full(len(shown), -1, dtype=np.int64)
     kind = np.full(len(shown), -1, dtype=np.int64)
     started = shown[count[shown] > 0]
     if len(started):
-        best = index.longest(at[started], at[started + 1])
+        best = lane.longest(index, at, started)
         keep = np.isin(shown, started)
         name[keep], kind[keep] = index.name[best], index.kind[best]
     return {"bin": shown.tolist(), "count": count[shown].tolist(), "busy": np.round(busy[shown], 4).tolist(),

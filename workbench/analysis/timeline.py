@@ -475,7 +475,7 @@ def _strip_device(track: str, device: str) -> str:
     return track[len(prefix):] if track.startswith(prefix) else track
 
 
-def _natural(text: str) -> tuple:
+def natural_key(text: str) -> tuple:
     """Sort key comparing the numbers inside a text by value ('stream 7' < 'stream 20')."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
 
@@ -485,5 +485,5 @@ def _lane_key(device: str, label: str, events: int) -> tuple:
     if device == OTHER_DEVICES:
         return (2, "", 0), ()
     device_key = (0, "", 0) if device == "cpu" else (1, kind, int(index) if index.isdigit() else 0)
-    within = (-int(events), _natural(label)) if device == "cpu" else (_natural(label),)
+    within = (-int(events), natural_key(label)) if device == "cpu" else (natural_key(label),)
     return device_key, within

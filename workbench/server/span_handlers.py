@@ -1,6 +1,8 @@
 """The timeline's data routes under `<base_url>/workbench/api/` (contract: docs/api-spans.md):
 
-    GET runs/<id>/spans?start_ns=&end_ns=&width_px=[&max_spans=]   real spans or per-pixel density per lane
+    GET runs/<id>/spans?start_ns=&end_ns=&width_px=[&max_spans=][&expand=&offset=]
+                                                                  real spans or per-pixel density per lane; a
+                                                                  folded lane's tracks as lanes of their own
     GET runs/<id>/search?q=[&regex=0|1][&limit=][&from_ns=]       name search over the whole run
     GET runs/<id>/aggregate?start_ns=&end_ns=[&limit=]            count, total and self time per name in a range
     GET runs/<id>/events/<row>                                    one event's fields, launcher and launches
@@ -25,6 +27,10 @@ from workbench.trace.schema import TIME_LIMIT_NS
 
 MAX_WIDTH_PX = 20_000
 """Widest view (pixels) a window may be asked for."""
+MAX_LANE = 10_000
+"""Largest lane number `expand` takes (a run draws far fewer: `workbench.analysis.timeline.MAX_LANES`)."""
+MAX_TRACKS = 1_000_000_000
+"""Largest track `offset` of an expanded lane."""
 MAX_QUERY_CHARS = 1_000
 """Longest search text."""
 MAX_LIST = 10_000
@@ -76,7 +82,9 @@ class SpansHandler(SpanQueryHandler):
         start, end = self.time_range()
         width = self.integer("width_px", 1, MAX_WIDTH_PX, "pixels", required=True)
         budget = self.integer("max_spans", 1, spans.MAX_SPANS_LIMIT, "spans", default=spans.MAX_SPANS)
-        await self.answer(run_id, spans.window, start, end, width, max_spans=budget)
+        expand = self.integer("expand", 0, MAX_LANE, "lanes")
+        offset = self.integer("offset", 0, MAX_TRACKS, "tracks", default=0)
+        await self.answer(run_id, spans.window, start, end, width, max_spans=budget, expand=expand, offset=offset)
 
 
 class SearchHandler(SpanQueryHandler):

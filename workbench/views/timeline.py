@@ -75,6 +75,8 @@ DETAILS, RELATED, AGGREGATE, WINDOWS = "timeline details", "timeline related", "
 windows with real spans."""
 AGGREGATE_INFO = "timeline aggregate info"
 """`name` of the Div saying what the range aggregate covers."""
+FOLDED = "folded lanes"
+"""Key of the figure's `tags[0]` listing its folded lanes (lane, device, label, tracks), for the lane expander."""
 LANE_GAP = 0.5
 """Rows of space between two lanes (twice that between devices)."""
 ROW_PX = 16
@@ -158,17 +160,24 @@ def timeline(trace: Trace, *, x_range: Range1d | None = None, width: int = 1200,
     source.js_on_change("tags", lod_callback)
     source.js_on_change("tags", labels_callback)  # after the LOD code has shown or hidden the spans
     source.js_on_change("data", labels_callback)
+    names = lane_names(trace, lane_table)
+    separators = _style_axes(fig, layout, names)
     remote.js_on_change("tags", CustomJS(code=js.APPLY_REPLY, args={
         "remote": remote, "source": source, "remote_bars": remote_bars, "lane_top": lane_top,
-        "lane_rows": layout["rows"].tolist(), "instant_px": INSTANT_PX, "all_kinds": list(KINDS)}))
+        "lane_rows": layout["rows"].tolist(), "instant_px": INSTANT_PX, "all_kinds": list(KINDS),
+        "plot": fig, "yaxis": fig.yaxis[0], "separators": separators, "lane_gap": LANE_GAP, "row_px": ROW_PX,
+        "strip": strip, "lane_text": [f"{device} · {name}" for device, name
+                                      in zip(layout["device"], names, strict=True)]}))
     remote.js_on_change("tags", request)  # the panel sets empty tags once it has installed its API
-    names = lane_names(trace, lane_table)
     _link_selection(fig, source, remote, x_range, names)
     _aggregate_on_range(fig, source, remote)
     keys = CustomJS(args={"xr": x_range, "plot": fig}, code=js.KEYS)
     for event in (events.MouseEnter, events.MouseLeave, events.MouseMove):
         fig.js_on_event(event, keys)
-    _style_axes(fig, layout, names)
+    folded = lane_table[lane_table["tracks"] > 1]
+    fig.tags = [{FOLDED: [{"lane": int(lane), "device": str(device), "label": str(label), "tracks": int(tracks)}
+                          for lane, device, label, tracks in folded[["lane", "device", "label", "tracks"]].itertuples(
+                              index=False)]}]
     _add_legend(fig, trace)
     return fig
 
@@ -353,8 +362,9 @@ def _draw_spans(fig: figure, source: ColumnDataSource) -> list[GlyphRenderer]:
     return [bars, instants]
 
 
-def _style_axes(fig: figure, layout: pd.DataFrame, names: list[str]) -> None:
-    """Time axis below; one label per lane ("device · name", `names` from `lane_names`), a rule between devices."""
+def _style_axes(fig: figure, layout: pd.DataFrame, names: list[str]) -> list[Span]:
+    """Time axis below; one label per lane ("device · name", `names` from `lane_names`), a rule between devices
+    (returned)."""
     fig.xaxis.formatter = time_ticks()
     fig.xaxis.axis_label = "time from trace start"
     centers = (layout["top"] + layout["rows"] / 2).to_list()
@@ -363,8 +373,11 @@ def _style_axes(fig: figure, layout: pd.DataFrame, names: list[str]) -> None:
                                        in zip(centers, layout["device"], names, strict=True)}
     fig.yaxis.major_tick_line_color = None
     fig.ygrid.grid_line_color = None
-    for top in layout.loc[layout["new_device"], "top"]:
-        fig.add_layout(Span(location=top - LANE_GAP, dimension="width", line_color="gray", line_alpha=0.6))
+    rules = [Span(location=top - LANE_GAP, dimension="width", line_color="gray", line_alpha=0.6)
+             for top in layout.loc[layout["new_device"], "top"]]
+    for rule in rules:
+        fig.add_layout(rule)
+    return rules
 
 
 def _add_legend(fig: figure, trace: Trace) -> None:

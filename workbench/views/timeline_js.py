@@ -66,6 +66,11 @@ if (inside) {
   for (const r of levels) r.visible = false;
   return;
 }
+if (remote._wb_expanded != null) {  // the precomputed levels know the figure's own lanes only
+  for (const r of levels) r.visible = false;
+  status.text = "fetching the spans of this window";
+  return;
+}
 const px = (xr.end - xr.start) / Math.max(plot.inner_width || width, 1);
 let level = levels.length - 1;
 for (let l = 0; l < levels.length; l++) if (bin_ns[l] <= px) { level = l; break; }
@@ -144,25 +149,29 @@ take pan's place)."""
 REQUEST = """
 const api = remote._wb_api;
 if (api == null) return;
-clearTimeout(remote._wb_timer);
-remote._wb_timer = setTimeout(() => {
+remote._wb_fetch = (force) => {
   const start = Math.floor(xr.start), end = Math.ceil(xr.end), width = end - start;
   if (!(width > 0)) return;
   const tags = source.tags;
-  if (tags.length == 2 && start >= tags[0] && end <= tags[1] && (remote._wb_complete || tags[1] - tags[0] <= 3 * width))
+  if (!force && tags.length == 2 && start >= tags[0] && end <= tags[1]
+      && (remote._wb_complete || tags[1] - tags[0] <= 3 * width))
     return;  // what is shown covers the view at this zoom
   const px = Math.max(1, Math.round(plot.inner_width || plot_width));
   const id = (remote._wb_request ?? 0) + 1;
   remote._wb_request = id;
-  api.spans(start - Math.floor(width / 2), end + Math.ceil(width / 2), Math.min(2 * px, 20000)).then((reply) => {
-    if (id != remote._wb_request) return;
-    remote._wb_complete = reply.lanes.every((lane) => lane.mode == "spans");
-    remote.tags = [reply];
-  }).catch((error) => { status.text = `could not fetch the spans of this window: ${error.message ?? error}`; });
-}, 200);
+  api.spans(start - Math.floor(width / 2), end + Math.ceil(width / 2), Math.min(2 * px, 20000), remote._wb_expand)
+    .then((reply) => {
+      if (id != remote._wb_request) return;
+      remote._wb_complete = reply.lanes.every((lane) => lane.mode == "spans");
+      remote.tags = [reply];
+    }).catch((error) => { status.text = `could not fetch the spans of this window: ${error.message ?? error}`; });
+};
+clearTimeout(remote._wb_timer);
+remote._wb_timer = setTimeout(() => remote._wb_fetch(false), 200);
 """
 """In the Lab panel: once the x-range settles, ask the server for the spans of the view (and half a view on
-each side, so small pans need nothing new)."""
+each side, so small pans need nothing new), with the lane expansion chosen (`remote._wb_expand`, see
+`EXPAND`); `remote._wb_fetch(true)` asks again at once."""
 
 APPLY_REPLY = """
 const reply = remote.tags[0];
@@ -173,8 +182,41 @@ const cols = {left: [], right: [], y: [], lane: [], depth: [], instant_px: [], d
               shapes: [], flops: [], row: [], launcher_idx: [], launcher_name: [], launched: [], parent_idx: []};
 const launcher = [];
 const bars = {x: [], w: [], y: [], h: [], alpha: [], kind_id: [], name: [], count: [], busy: []};
+let tops = lane_top, heights = lane_rows;
+if (reply.expanded != null || remote._wb_expanded != null) {
+  // an expanded lane adds lanes: lay the reply's out as the figure was (views.timeline._lane_layout), or back
+  const saved = remote._wb_layout ?? (remote._wb_layout = {ticks: [...yaxis.ticker.ticks],
+    labels: new Map(yaxis.major_label_overrides), start: plot.y_range.start, height: plot.height});
+  if (reply.expanded != null) {
+    tops = {}; heights = {};
+    const ticks = [], labels = new Map();
+    let y = 0, device = null;
+    reply.lanes.forEach((lane, i) => {
+      if (i > 0) y += lane.device != device ? 2 * lane_gap : lane_gap;
+      device = lane.device;
+      tops[lane.lane] = y; heights[lane.lane] = lane.rows;
+      const center = y + lane.rows / 2;
+      ticks.push(center);
+      labels.set(center, lane.parent != null || lane.lane == reply.expanded.lane ? `${lane.device} \u00b7 ${lane.label}`
+        : lane_text[lane.lane]);
+      y += lane.rows;
+    });
+    yaxis.ticker.ticks = ticks;
+    yaxis.major_label_overrides = labels;
+    plot.y_range.start = y + lane_gap;
+    // taller than the figure's one screen (views.timeline._height): the page scrolls, and a lane stays readable
+    plot.height = Math.round(Math.min(Math.max((y + strip + 2 * lane_gap) * row_px + 140, 240), 2400));
+  } else {
+    yaxis.ticker.ticks = saved.ticks;
+    yaxis.major_label_overrides = saved.labels;
+    plot.y_range.start = saved.start;
+    plot.height = saved.height;
+  }
+  for (const rule of separators) rule.visible = reply.expanded == null;
+  remote._wb_expanded = reply.expanded;
+}
 for (const lane of reply.lanes) {
-  const top = lane_top[lane.lane], rows = lane_rows[lane.lane];
+  const top = tops[lane.lane], rows = heights[lane.lane];
   if (top == null) continue;
   const s = lane.spans, b = lane.bins;
   if (s != null) for (let i = 0; i < s.row.length; i++) {
@@ -210,7 +252,9 @@ remote._wb_pending = null;
 const picked = wanted.map((row) => position.get(row)).filter((i) => i != null);
 if (picked.length) source.selected.indices = picked;
 """
-"""Replace the spans (and the busy lanes' per-pixel density) by a `spans` reply; selected events stay selected."""
+"""Replace the spans (and the busy lanes' per-pixel density) by a `spans` reply; selected events stay selected.
+A reply with a folded lane expanded lays the lanes out anew (ticks, labels, height); the next one without
+puts the figure's own layout back."""
 
 SELECT = FORMAT + """
 const key = cb_obj.indices.join(",");
@@ -428,3 +472,26 @@ COUNT_HOVER = FORMAT + "return fmt_count(value);"
 def hover(code: str, **args: object) -> CustomJSHover:
     """A tooltip formatter running `code` (one of the `*_HOVER` bodies) on the hovered `value`, with `args`."""
     return CustomJSHover(code=code, args=args)
+
+EXPAND = """
+if (cb_obj === remote) {  // the panel installed its API: expanding works there
+  box.visible = remote._wb_api != null;
+  if (remote._wb_expanded == null) pages.text = "";
+  else {
+    const e = remote._wb_expanded;
+    pages.text = `tracks ${(e.offset + 1).toLocaleString()} to ${(e.offset + e.shown).toLocaleString()} of `
+      + `${e.tracks.toLocaleString()}, busiest first`;
+  }
+  return;
+}
+const lane = picker.value === "" ? null : Number(picker.value);
+const current = remote._wb_expand;
+let offset = 0;
+if (lane != null && current != null && current.lane == lane && step != 0)
+  offset = Math.max(0, Math.min(current.offset + step * page, tracks[picker.value] - 1));
+if (lane != null && step != 0 && current == null) return;
+remote._wb_expand = lane == null ? null : {lane, offset};
+if (remote._wb_fetch != null) remote._wb_fetch(true);
+"""
+"""The lane expander (in the panel): pick a folded lane to draw `page` of its tracks as lanes of their own,
+step through them, or pick none to fold them again; its label says which tracks are shown."""

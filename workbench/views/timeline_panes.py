@@ -12,6 +12,7 @@ import pandas as pd
 from bokeh.layouts import column, row
 from bokeh.models import Button, CheckboxGroup, ColumnDataSource, CustomJS, DataTable, Div, LayoutDOM, Select, TextInput
 
+from workbench.analysis.timeline import MAX_LANES
 from workbench.trace import Trace
 from workbench.views import timeline_js as js
 from workbench.views._table import data_table
@@ -19,6 +20,7 @@ from workbench.views.timeline import (
     AGGREGATE,
     AGGREGATE_INFO,
     DETAILS,
+    FOLDED,
     RELATED,
     REMOTE,
     SPANS_SOURCE,
@@ -47,6 +49,9 @@ def timeline_panel(trace: Trace, *, width: int = 1200, **options: Any) -> Layout
         return fig
     remote = fig.select_one({"name": REMOTE})
     parts: list[LayoutDOM] = [_search_bar(fig, source, remote, width), fig]
+    folded = fig.tags[0][FOLDED] if fig.tags else []
+    if folded:
+        parts.insert(1, _lane_expander(remote, folded, width))
     windows = fig.select_one({"name": WINDOWS})
     if len(windows.data["left"]) > 1:
         parts.append(_window_picker(fig, windows))
@@ -77,6 +82,25 @@ def _search_bar(fig: LayoutDOM, source: ColumnDataSource, remote: ColumnDataSour
     previous.js_on_event("button_click", CustomJS(args={**args, "step": -1}, code=js.SEARCH))
     following.js_on_event("button_click", CustomJS(args={**args, "step": 1}, code=js.SEARCH))
     return row(box, previous, following, regex, status)
+
+
+def _lane_expander(remote: ColumnDataSource, folded: list[dict[str, Any]], width: int) -> LayoutDOM:
+    """Pick a folded lane to draw its tracks as lanes of their own, `MAX_LANES` at a time (the `spans` route's
+    `expand`): shown in the panel only, where the server answers; a report keeps the folded lanes."""
+    picker = Select(title="", width=360, value="", options=[
+        ("", "folded lanes: expand one…"),
+        *((str(lane["lane"]), f"{lane['device']} · {lane['label']}") for lane in folded)])
+    previous = Button(label=f"◀ previous {MAX_LANES}", width=120)
+    following = Button(label=f"next {MAX_LANES} ▶", width=100)
+    pages = Div(text="", render_as_text=True, width=max(width - 620, 200))
+    box = row(picker, previous, following, pages, visible=False)
+    args = {"remote": remote, "picker": picker, "pages": pages, "box": box, "page": MAX_LANES,
+            "tracks": {str(lane["lane"]): lane["tracks"] for lane in folded}}
+    picker.js_on_change("value", CustomJS(args={**args, "step": 0}, code=js.EXPAND))
+    previous.js_on_event("button_click", CustomJS(args={**args, "step": -1}, code=js.EXPAND))
+    following.js_on_event("button_click", CustomJS(args={**args, "step": 1}, code=js.EXPAND))
+    remote.js_on_change("tags", CustomJS(args={**args, "step": 0}, code=js.EXPAND))
+    return box
 
 
 def _window_picker(fig: LayoutDOM, windows: ColumnDataSource) -> LayoutDOM:

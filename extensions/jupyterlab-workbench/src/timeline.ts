@@ -19,10 +19,16 @@ const SEARCH = 'timeline search';
 
 /** What the timeline's browser code calls (see `REQUEST`, `SEARCH`, `AGGREGATE`, `SELECT` there). */
 export interface ITimelineApi {
-  spans(startNs: number, endNs: number, widthPx: number): Promise<unknown>;
+  spans(startNs: number, endNs: number, widthPx: number, expand?: IExpand | null): Promise<unknown>;
   search(query: string, regex: boolean): Promise<unknown>;
   aggregate(startNs: number, endNs: number): Promise<unknown>;
   event(row: number): Promise<unknown>;
+}
+
+/** A folded lane drawn as its tracks, `offset` the first of them (the `spans` route's `expand`, `offset`). */
+export interface IExpand {
+  lane: number;
+  offset: number;
 }
 
 /** The part of a BokehJS Document this module uses. */
@@ -47,9 +53,14 @@ export function timelineApi(runId: string): ITimelineApi {
       .map(([key, value]) => `${key}=${encodeURIComponent(String(value))}`)
       .join('&');
   return {
-    spans: (startNs, endNs, widthPx) =>
+    spans: (startNs, endNs, widthPx, expand) =>
       requestAPI(
-        `${run}/spans?${query({ start_ns: Math.floor(startNs), end_ns: Math.ceil(endNs), width_px: widthPx })}`
+        `${run}/spans?${query({
+          start_ns: Math.floor(startNs),
+          end_ns: Math.ceil(endNs),
+          width_px: widthPx,
+          ...(expand ? { expand: expand.lane, offset: expand.offset } : {})
+        })}`
       ),
     search: (q, regex) =>
       requestAPI(`${run}/search?${query({ q, regex: regex ? 1 : 0, limit: 10000 })}`),
@@ -71,7 +82,9 @@ export function connectTimeline(doc: IDocument, api: ITimelineApi): boolean {
     return false;
   }
   remote._wb_api = api;
-  remote.tags = []; // a change of its tags runs the timeline's request code
+  // a change of its tags runs the timeline's request code and shows the lane expander (an empty reply: the
+  // tags start empty, and setting them empty again would change nothing)
+  remote.tags = [null];
   return true;
 }
 
