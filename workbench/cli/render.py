@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,6 +57,27 @@ def progress(as_json: bool, progress_json: bool) -> Any:
     from workbench.progress import JsonProgress, RichProgress
 
     return JsonProgress(sys.stderr) if progress_json else RichProgress(err, enabled=not as_json)
+
+
+@contextmanager
+def reading_status(text: str, as_json: bool) -> Iterator[None]:
+    """A spinner on stderr (none with `--json`) saying `text`, then which trace file is being read and how far
+    (`workbench.trace.progress`), updated at most ten times a second."""
+    if as_json:
+        yield
+        return
+    from workbench.trace.progress import describe, listening
+
+    shown = {"at": 0.0}
+    with err.status(text, spinner="dots") as status:
+        def update(path: str, done: int, total: int, unit: str) -> None:
+            now = time.monotonic()
+            if now - shown["at"] >= 0.1 or done >= total:
+                shown["at"] = now
+                status.update(describe(path, done, total, unit))
+
+        with listening(update):
+            yield
 
 
 @contextmanager

@@ -11,7 +11,17 @@ import click
 from rich.text import Text
 
 from workbench.cli.options import json_option, out_option
-from workbench.cli.render import err, errors, labelled, nothing, out, print_json, print_kv, print_table, progress
+from workbench.cli.render import (
+    err,
+    errors,
+    labelled,
+    out,
+    print_json,
+    print_kv,
+    print_table,
+    progress,
+    reading_status,
+)
 from workbench.errors import EXIT_PARTIAL
 from workbench.paths import checked_output, checked_root, root_where_it_lies
 from workbench.views.text_tables import Cell, TextTable, cells, format_number
@@ -59,7 +69,7 @@ def import_(files: tuple[Path, ...], ranks_dir: str | None, align: str, cluster:
         raise click.UsageError("give trace files to import, or --ranks FOLDER")
     with errors():
         root = checked_root(out_dir, writing=True)
-    with errors(), err.status("reading traces", spinner="dots") if not as_json else nothing():
+    with errors(), reading_status("reading traces", as_json):
         run_ids = import_traces(files, root)
     _print_warnings(run_ids, root)
     if as_json:

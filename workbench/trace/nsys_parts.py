@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -31,6 +33,7 @@ from workbench.trace.nsys_tables import (
     process_ids,
     thread_ids,
 )
+from workbench.trace.progress import advance
 
 _HOST_CALLS = (  # (table, kind): API calls on a host thread, named through nameId
     (RUNTIME, "runtime"),
@@ -85,10 +88,19 @@ class TableParts:
         self.skipped = skipped
 
     def read(self) -> list[Part]:
-        """Parts of every event table: device work, host API calls, synchronization, NVTX."""
-        device = [self._kernels(), self._memcpy(), self._memset()]
-        calls = [self._host_calls(table, kind) for table, kind in _HOST_CALLS]
-        return [*device, *calls, self._synchronization(calls[0]), *self._nvtx()]
+        """Parts of every event table: device work, host API calls, synchronization, NVTX (each table's
+        progress reported, `workbench.trace.progress`)."""
+        steps: list[Callable[[], Part]] = [self._kernels, self._memcpy, self._memset,
+                                           *(partial(self._host_calls, table, kind) for table, kind in _HOST_CALLS)]
+        total = len(steps) + 2
+        parts = []
+        for done, step in enumerate(steps):
+            advance(self.db.path, done, total, "tables")
+            parts.append(step())
+        advance(self.db.path, len(steps), total, "tables")
+        synchronization = self._synchronization(parts[3])
+        advance(self.db.path, len(steps) + 1, total, "tables")
+        return [*parts, synchronization, *self._nvtx()]
 
     # -- device work ------------------------------------------------------------------------------
 

@@ -75,6 +75,7 @@ from workbench.trace.columns import dict_array, encode_strings, grouped
 from workbench.trace.launches import launchers, per_process
 from workbench.trace.model import Trace
 from workbench.trace.nesting import DEPTH_LIMIT, nest_spans
+from workbench.trace.progress import advance
 from workbench.trace.schema import KIND_CODES, TIME_LIMIT_NS
 from workbench.trace.xla_host import (
     CORRELATION,
@@ -226,7 +227,9 @@ class _Reader:
             raise TraceFormatError(file, f"not a readable XSpace (a name that is not UTF-8 text: {exc})") from exc
 
     def _add_planes(self, index: int, host: str, data: Any) -> None:
-        for plane in data.planes:
+        planes = list(data.planes)
+        for done, plane in enumerate(planes):
+            advance(self.file, done, len(planes), "planes")
             stats = self._stats(plane.stats)
             if stats:
                 self.planes[f"{host}{plane.name}" if self.multi_host else plane.name] = stats
