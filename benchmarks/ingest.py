@@ -1,4 +1,4 @@
-"""Ingest benchmark: workbench's trace reader vs Holistic Trace Analysis vs plain `json.load`.
+"""Ingest benchmark: workbench's trace reader and its `workbench import` vs Holistic Trace Analysis vs `json.load`.
 
 Writes a synthetic PyTorch-profiler (Kineto) trace of N events (`synthetic_kineto.py`), then parses
 that one file with each parser, every run in a fresh subprocess so its memory is its own:
@@ -8,6 +8,9 @@ that one file with each parser, every run in a fresh subprocess so its memory is
 - workbench-seq: `read_kineto(path, workers=1)`, the same reader decoding in its own process only;
 - workbench-par: `read_kineto(path, workers=N)` with N as `read_trace` would pick for a large file,
   whatever the file's size (to find the size from which workers pay);
+- workbench-import: the whole `python -m workbench import PATH --out ROOT --json` process, as a user runs it:
+  interpreter start, the command line's imports, reading, and writing the bundle (raw file copied in) into a
+  temporary traces root; rows are the bundle's events (its run.json);
 - HTA: `hta.trace_analysis.TraceAnalysis(trace_dir=...)` with HTA's defaults, on a directory holding
   a link to the trace as rank 0 (HTA loads traces by directory); rows are HTA's rank-0 dataframe,
   after HTA's own filtering;
@@ -18,6 +21,10 @@ shared two-core box, hits them alike; the load average before and after is print
 Seconds are the parse call alone (no interpreter start or imports: pandas, which pyarrow imports on
 its first array and HTA at its import, is imported before the clock starts), the median of the runs;
 events/s divide the file's N events by them, and "workbench vs X" is X's seconds over workbench's.
+workbench-import's seconds are instead the wall clock of its whole process, start to exit, so "workbench
+import (whole process) vs HTA" is HTA's load (its parse call alone) over everything a user of the command
+line waits for; its peak memory is that process's own (`ru_maxrss` of the children), and its "workers" are
+that process and its own workers.
 
 Peak memory covers the parsing process and every process it starts (workbench's decoding workers):
 every 50 ms this process adds the parser's RSS and its descendants' USS (unique set size: the pages
@@ -33,6 +40,7 @@ imports; MB are 10^6 bytes. The file is freshly written, so every parser reads i
     python benchmarks/ingest.py --events 200000 --skip-hta --json
     python benchmarks/ingest.py --parsers workbench,workbench-seq --repeat 7   # workers vs none
     python benchmarks/ingest.py --events 50000 --parsers workbench-seq,workbench-par
+    python benchmarks/ingest.py --events 10000 --parsers workbench-import,hta --repeat 1   # the CLI vs HTA
 """
 
 from __future__ import annotations
@@ -57,11 +65,15 @@ from typing import Any
 # Only the standard library at module level: the children import this file too, and whatever it
 # imports would count in their RSS. The parent's imports (rich, the generator) are in `main`.
 
-PARSERS = ("workbench", "workbench-seq", "workbench-par", "hta", "json")
-DEFAULT_PARSERS = ("workbench", "workbench-seq", "hta", "json")
+PARSERS = ("workbench", "workbench-seq", "workbench-par", "workbench-import", "hta", "json")
+DEFAULT_PARSERS = ("workbench", "workbench-seq", "workbench-import", "hta", "json")
 LABELS = {"workbench": "workbench", "workbench-seq": "workbench, 1 process",
-          "workbench-par": "workbench, workers", "hta": "HTA", "json": "json.load"}
+          "workbench-par": "workbench, workers", "workbench-import": "workbench import",
+          "hta": "HTA", "json": "json.load"}
 SPEEDUP_VS_HTA = 20.0
+SPEEDUP_IMPORT_VS_HTA = 15.0
+"""How much faster than HTA's load the whole `workbench import` process should be (interpreter and imports
+included)."""
 EVENTS_PER_S = 400_000
 RSS_OVER_FILE = 1.5
 MB = 1_000_000
@@ -86,6 +98,23 @@ def _load_workbench(workers: int | str | None = "auto") -> Callable[[str], int]:
     return lambda path: read_kineto(path, workers=count).events.num_rows
 
 
+def _load_workbench_import() -> Callable[[str], int]:
+    """The whole `workbench import` process on the file, into a traces root removed afterwards; its rows are
+    the events of the bundle it wrote (read from its run.json, a small file)."""
+
+    def parse(path: str) -> int:
+        with tempfile.TemporaryDirectory(prefix="workbench-ingest-root-") as root:
+            done = subprocess.run([sys.executable, "-m", "workbench", "import", path, "--out", root, "--json"],
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"workbench import exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+            (run_id,) = json.loads(done.stdout)
+            info = json.loads((Path(root) / run_id / "run.json").read_text())
+            return info["trace"]["reader"]["events"]
+
+    return parse
+
+
 def _load_hta() -> Callable[[str], int]:
     from hta.trace_analysis import TraceAnalysis
 
@@ -106,12 +135,14 @@ def _load_json() -> Callable[[str], int]:
 
 LOADERS: dict[str, Callable[[], Callable[[str], int]]] = {
     "workbench": _load_workbench, "workbench-seq": lambda: _load_workbench(1),
-    "workbench-par": lambda: _load_workbench(None), "hta": _load_hta, "json": _load_json}
+    "workbench-par": lambda: _load_workbench(None), "workbench-import": _load_workbench_import, "hta": _load_hta,
+    "json": _load_json}
 
 
-def _peak_rss() -> int:
-    """This process's peak RSS in bytes (`ru_maxrss` is KiB on Linux, bytes on macOS)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def _peak_rss(who: int = resource.RUSAGE_SELF) -> int:
+    """The peak RSS in bytes of this process (or, with `RUSAGE_CHILDREN`, of the largest child it waited for;
+    `ru_maxrss` is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(who).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
 
 
@@ -128,7 +159,8 @@ def child(parser: str, path: str) -> int:
     start = time.perf_counter()
     rows = parse(path)
     seconds = time.perf_counter() - start
-    print(json.dumps({"seconds": seconds, "rows": rows, "baseline_rss": baseline, "own_peak_rss": _peak_rss()}))
+    peak = max(_peak_rss(), _peak_rss(resource.RUSAGE_CHILDREN) if parser == "workbench-import" else 0)
+    print(json.dumps({"seconds": seconds, "rows": rows, "baseline_rss": baseline, "own_peak_rss": peak}))
     return 0
 
 
@@ -258,8 +290,10 @@ def summarize(results: list[Result], events: int, file_bytes: int) -> dict:
         theirs = parsers.get(other, {}).get("seconds")
         return theirs / wb["seconds"] if theirs and "seconds" in wb else None
 
+    import_s, hta_s = parsers.get("workbench-import", {}).get("seconds"), parsers.get("hta", {}).get("seconds")
     ratios = {"workbench_vs_hta": speedup("hta"), "workbench_vs_json": speedup("json"),
-              "workbench_vs_workbench_seq": speedup("workbench-seq")}
+              "workbench_vs_workbench_seq": speedup("workbench-seq"),
+              "workbench_import_vs_hta": hta_s / import_s if hta_s and import_s else None}
 
     def check(name: str, value: float | None, ok: Callable[[float], bool], shown: str) -> dict:
         status = "N/A" if value is None else "PASS" if ok(value) else "FAIL"
@@ -269,6 +303,9 @@ def summarize(results: list[Result], events: int, file_bytes: int) -> dict:
     targets = [
         check(f"workbench >= {SPEEDUP_VS_HTA:g}x faster than HTA", ratios["workbench_vs_hta"],
               lambda v: v >= SPEEDUP_VS_HTA, f"{ratios['workbench_vs_hta'] or 0:.1f}x"),
+        check(f"workbench import >= {SPEEDUP_IMPORT_VS_HTA:g}x faster than HTA",
+              ratios["workbench_import_vs_hta"], lambda v: v >= SPEEDUP_IMPORT_VS_HTA,
+              f"{ratios['workbench_import_vs_hta'] or 0:.1f}x"),
         check(f"workbench >= {EVENTS_PER_S:,} events/s", eps, lambda v: v >= EVENTS_PER_S,
               f"{eps or 0:,.0f}/s"),
         check(f"workbench peak RSS < {RSS_OVER_FILE:g}x file size", rss, lambda v: v < RSS_OVER_FILE,
@@ -300,11 +337,12 @@ def print_report(summary: dict, events: int, file_bytes: int) -> None:
     for p in summary["parsers"].values():
         if p["error"]:
             console.print(f"[red]{p['label']} failed:[/red] {p['error']}", highlight=False)
-    for key, other in (("workbench_vs_hta", "HTA"), ("workbench_vs_json", "json.load"),
-                       ("workbench_vs_workbench_seq", "workbench, 1 process")):
+    for key, ours, other in (("workbench_vs_hta", "workbench", "HTA"), ("workbench_vs_json", "workbench", "json.load"),
+                             ("workbench_vs_workbench_seq", "workbench", "workbench, 1 process"),
+                             ("workbench_import_vs_hta", "workbench import (whole process)", "HTA's load")):
         ratio = summary["ratios"][key]
         if ratio is not None:
-            console.print(f"workbench vs {other}: {ratio:.1f}x {'faster' if ratio >= 1 else 'slower'}"
+            console.print(f"{ours} vs {other}: {ratio:.1f}x {'faster' if ratio >= 1 else 'slower'}"
                           + (f" ({1 / ratio:.1f}x the time)" if ratio < 1 else ""))
     colors = {"PASS": "green", "FAIL": "red", "N/A": "yellow"}
     for t in summary["targets"]:

@@ -1,5 +1,6 @@
 """Bundles written by the previous release (0.1.0 at d3606ea: an mlp capture of eager and bf16, a Kineto
-import, a tiny-gpt generation run, their experiment records) still open, list, show, compare and report."""
+import, a tiny-gpt generation run, their experiment records) still open, list, show, compare and report, and their
+SQL reads unknown numbers as NULL."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from workbench.analysis.sql import run_query
 from workbench.cli import main
 from workbench.trace.bundle import list_bundles, open_bundle
 from workbench.trace.records import ExperimentRecord, RunInfo
@@ -68,3 +70,16 @@ def test_the_cli_lists_shows_compares_and_reports_old_bundles(root, tmp_path):
     done = runner.invoke(main, ["report", capture, "-o", str(report), "--out", str(root)], catch_exceptions=False)
     assert done.exit_code == 0, done.output
     assert report.stat().st_size > 100_000
+
+
+def test_sql_over_old_bundles_gives_null_for_unknown_numbers(root):
+    """Their Parquet files hold an unknown `flops` or `bytes` as NaN; SQL reads it as NULL, so sums skip it."""
+    bundles = list_bundles(root)
+    events = [b.trace().events for b in bundles]
+    flops = [f for e in events for f in e["flops"].to_pylist() if f == f]
+    unknown = sum(f != f for e in events for f in e["flops"].to_pylist())
+    assert flops and unknown  # the old files do hold NaN
+    result = run_query(bundles, "SELECT sum(flops) AS flops, count(flops) AS known, count(*) - count(flops) AS "
+                       "unknown, count(*) FILTER (WHERE isnan(flops) OR isnan(bytes)) AS nan, sum(bytes) AS bytes "
+                       "FROM events")
+    assert result.to_json()["rows"] == [[pytest.approx(sum(flops)), len(flops), unknown, 0, None]]

@@ -17,9 +17,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from workbench.backends.benchmark import LatencyStats, Workload, benchmark_until_clean
 from workbench.errors import DiskFullError, WorkbenchError, is_disk_full
 from workbench.trace import Trace
 from workbench.trace.bundle import write_bundle
@@ -27,6 +26,9 @@ from workbench.trace.experiment import write_experiment
 from workbench.trace.records import ExperimentRecord, RunInfo
 from workbench.trace.scratch import make_scratch_dir, remove_entry
 from workbench.trace.staging import staged
+
+if TYPE_CHECKING:  # the benchmark harness (torch) loads when a runner benchmarks, not with every runner: imports
+    from workbench.backends.benchmark import LatencyStats, Workload
 
 
 class Progress(Protocol):
@@ -194,6 +196,8 @@ class Runner(Generic[RunT, ResultT]):
     def benchmark_together(self, runs: list[RunT], warmup: int, iterations: int) -> dict[str, LatencyStats]:
         """Time the runs' workloads interleaved (`benchmark_until_clean`); a run whose workload raises is
         failed and the others are timed again. Returns the statistics by run id."""
+        from workbench.backends.benchmark import benchmark_until_clean
+
         by_id = {run.run_id: run for run in runs}
 
         def workloads() -> dict[str, Workload]:

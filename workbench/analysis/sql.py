@@ -8,6 +8,8 @@ The tables a query sees (schema and examples: docs/sql.md):
     kernel_metrics, cuda_allocator, cuda_segments   a bundle's optional tables, where some run has them
     runs      one row per run: the fields of `workbench ls --json` plus `batch` and the latency percentiles
 
+An unknown number (NaN in the tables: a copy without `bytes`, a metric not collected) is null, which aggregates skip.
+
 Every query runs in a child process of its own (`run_query`, the one entry of the CLI, the server and the
 notebook), so its limits hold whatever the SQL does: the child reads the bundles' Parquet files (memory-mapped)
 into Arrow tables and registers them on a DuckDB connection opened with external access off and its
@@ -46,8 +48,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from workbench.analysis.noise import latency_noise
+from workbench.analysis.sql_limits import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, MAX_LIMIT
 from workbench.analysis.summary import run_row
 from workbench.errors import WorkbenchError
 from workbench.trace.bundle import OPTIONAL_TABLES, TABLES, Bundle, json_safe
@@ -56,12 +60,6 @@ if TYPE_CHECKING:
     import duckdb
     import pandas as pd
 
-DEFAULT_LIMIT = 1_000
-"""Rows a query returns unless asked for more."""
-MAX_LIMIT = 100_000
-"""Most rows one query may return."""
-DEFAULT_TIMEOUT_S = 30.0
-"""Seconds a query may run before it is interrupted."""
 MEMORY_LIMIT_BYTES = 4 << 30
 """Memory a query may use beyond the runs' tables (DuckDB's `memory_limit`; it may not spill to disk)."""
 MEMORY_LIMIT = f"{MEMORY_LIMIT_BYTES >> 20}MiB"
@@ -348,15 +346,27 @@ def table_names(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 
 def _bundle_table(bundle: Bundle, name: str) -> pa.Table | None:
-    """One of a bundle's tables (None when it has none); events gain their `row`."""
-    if name in TABLES:
-        if not bundle.has_trace:
-            return None
+    """One of a bundle's tables (None when it has none), its unknown numbers null; events gain their `row`."""
+    if name not in TABLES:
+        table = bundle.table(name)
+    elif not bundle.has_trace:
+        return None
+    else:
         table = getattr(bundle.trace(), name)
         if name == "events":
             table = table.append_column("row", pa.array(np.arange(table.num_rows, dtype=np.int64)))
-        return table
-    return bundle.table(name)
+    return None if table is None else _unknown_as_null(table)
+
+
+def _unknown_as_null(table: pa.Table) -> pa.Table:
+    """`table` with the NaN of its float columns as null: the tables write an unknown number (a copy's `bytes`, an
+    uncollected metric) as NaN, which SQL would add up to NaN, while its aggregates skip null. Here rather than in
+    the Parquet files, so that the bundles of every release read the same."""
+    for index, field in enumerate(table.schema):
+        if pa.types.is_floating(field.type):
+            column = table.column(index)
+            table = table.set_column(index, field, pc.if_else(pc.is_nan(column), pa.scalar(None, field.type), column))
+    return table
 
 
 def _runs_table(bundles: Sequence[Bundle]) -> pa.Table:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from workbench.analysis.sql import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, MAX_LIMIT
+from workbench.analysis.sql_limits import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, MAX_LIMIT
 from workbench.cli.options import json_option, out_option
 from workbench.cli.render import err, errors, labelled, print_json, print_table
 from workbench.views.text_tables import TextTable, cells

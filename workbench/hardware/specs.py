@@ -19,13 +19,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import yaml
 
 from workbench.errors import WorkbenchError
 from workbench.hardware.accelerator import AcceleratorSpecError, load_accelerator, parse_spec
 from workbench.hardware.device import DTYPES, DeviceSpec
+
+if TYPE_CHECKING:  # the table for display loads pandas, the specs do not
+    import pandas as pd
 
 DATA_FILE = "devices.yaml"
 PRICES_ENV = "WORKBENCH_PRICES"
@@ -110,6 +113,8 @@ def device_table(devices: list[str] | None = None) -> pd.DataFrame:
 
     | name | kind | description | fp32 … fp4 (TFLOP/s) | memory_gb_per_s | memory_gb | price_per_hour | uncertain |
     """
+    import pandas as pd
+
     rows = []
     for name in devices or list_devices():
         spec = device_spec(name)

@@ -7,8 +7,6 @@ import platform
 from importlib import metadata
 from typing import Any
 
-import torch
-
 PACKAGES = ("torch", "torchao", "numpy", "pyarrow", "nvtx")
 
 
@@ -23,6 +21,8 @@ def _version(package: str) -> str | None:
 def environment(device: str = "cpu") -> dict[str, Any]:
     """Versions, platform, torch's thread count and CPU capability; the GPU and CUDA version when
     `device` is a CUDA device that exists here."""
+    import torch  # loaded by the run being recorded; not by whoever imports the profiling package
+
     env: dict[str, Any] = {
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import gc
 import gzip
+import math
 import os
 import stat
 from collections import Counter
@@ -400,7 +401,7 @@ class _Assembler:
         self.skipped["metadata records (kept in metadata processes/threads)"] += sum(len(c.meta) for c in self.chunks)
         devices, well_formed = device_list(self.header, self.vendor, self.warnings)
         header = {k: v for k, v in self.header.items() if k != "deviceProperties" or not well_formed}
-        origin_ns = self.base_us * 1000 + round(origin_us * 1000)
+        origin_ns = _absolute_ns(self.base_us, origin_us)
         base = header.get("baseTimeNanoseconds")
         if isinstance(base, int) and not isinstance(base, bool):
             origin_ns += base
@@ -425,6 +426,13 @@ class _Assembler:
 def _object(text: str | None) -> dict[str, Any]:
     value = decode_json(text) if text else {}
     return value if isinstance(value, dict) else {}
+
+
+def _absolute_ns(base_us: int, us: float) -> int:
+    """`base_us + us` in integer ns: its whole µs exactly, the rest through `_to_ns` as the event times are (ns of a
+    float64 epoch time past 2**53 would be off by up to 128 ns)."""
+    whole = math.floor(us)
+    return (base_us + whole) * 1000 + int(_to_ns(np.array([us]), whole)[0])
 
 
 def _to_ns(us: np.ndarray, origin_us: float) -> np.ndarray:
