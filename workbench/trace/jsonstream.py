@@ -58,7 +58,7 @@ from workbench.trace.jsonerrors import (
     trailing_at,
     truncated_value,
 )
-from workbench.trace.progress import advance
+from workbench.trace.progress import advance_in_file
 
 T = TypeVar("T")
 
@@ -168,16 +168,7 @@ class TraceEventStream:
         self._position += n
         if not n:
             self._eof = True
-        self._report()
-
-    def _report(self) -> None:
-        """Say how much of the file is read (`workbench.trace.progress`): bytes on disk, compressed or not."""
-        raw = getattr(self._stream, "fileobj", self._stream)  # a GzipFile reads from its `fileobj`
-        try:
-            done, total = raw.tell(), os.fstat(raw.fileno()).st_size
-        except (OSError, AttributeError, ValueError):  # a stream that is not a file on disk
-            return
-        advance(self._path, done, total, "bytes")
+        advance_in_file(self._path, self._stream)
 
     def _error(self, problem: str) -> TraceFormatError:
         return TraceFormatError(self._path, problem)

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import IO
 
 Listener = Callable[[str, int, int, str], None]
 """`listener(path, done, total, unit)`: `done` of `total` `unit`s of the file at `path` read."""
@@ -34,6 +35,18 @@ def advance(path: object, done: int, total: int, unit: str) -> None:
     listener = _LISTENER.get()
     if listener is not None:
         listener(str(path), done, total, unit)
+
+
+def advance_in_file(path: object, stream: IO[bytes]) -> None:
+    """Say how far `stream` has read the file at `path`, in bytes on disk (a GzipFile's compressed bytes)."""
+    if _LISTENER.get() is None:
+        return
+    raw = getattr(stream, "fileobj", stream)  # a GzipFile reads from its `fileobj`
+    try:
+        done, total = raw.tell(), os.fstat(raw.fileno()).st_size
+    except (OSError, AttributeError, ValueError):  # a stream that is not a file on disk
+        return
+    advance(path, done, total, "bytes")
 
 
 def describe(path: str, done: int, total: int, unit: str) -> str:
