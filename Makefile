@@ -6,6 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.14.1 torchvision==0.29.1
 EXTRAS ?= dev
+JOBS   ?= auto
 STAMP  := $(VENV)/.installed-$(EXTRAS)
 
 .PHONY: setup demo test lint bench-ingest bench-report bench-llm bench-viewer bench-models bench-ranks clean
@@ -23,10 +24,12 @@ setup: $(STAMP)
 demo: setup
 	$(VENV)/bin/workbench capture --threads 1 --report traces/report.html
 
-## Lint and run the whole test suite.
+## Lint and run the whole test suite on every core (a file's tests stay on one worker, so they share their
+## module's fixtures: one Jupyter server, one Ray cluster, one compiled model), then list the ten slowest tests.
+## QUICK=1 leaves out the end-to-end tests marked slow (CI runs them all).
 test: setup
 	$(VENV)/bin/ruff check workbench tests benchmarks
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(JOBS) --dist loadfile --durations=10 $(if $(QUICK),-m "not slow")
 
 lint: setup
 	$(VENV)/bin/ruff check workbench tests benchmarks

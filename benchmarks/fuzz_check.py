@@ -105,7 +105,7 @@ def _check_import(path: Path, root: Path, folder: Path, cli: Cli, report: bool) 
     left = _debris(root, expected=run_ids)
     if left:
         return Outcome("debris", left)
-    from workbench.trace.bundle import open_bundle
+    from workbench.trace.store.bundle import open_bundle
 
     events = open_bundle(run_ids[0], root).trace().events.num_rows
     commands = [["show", run_ids[0], "--json"]]

@@ -90,7 +90,7 @@ def _load_workbench(workers: int | str | None = "auto") -> Callable[[str], int]:
     import pandas  # noqa: F401 - pyarrow imports it on its first array: an import, not parsing
 
     from workbench.trace import read_trace
-    from workbench.trace.kineto import MAX_WORKERS, read_kineto
+    from workbench.trace.kineto.reader import MAX_WORKERS, read_kineto
 
     if workers == "auto":
         return lambda path: read_trace(path).events.num_rows

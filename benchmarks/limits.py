@@ -46,7 +46,7 @@ RATIO_BOUND, EXTRA_MB = 1.5, 150.0
 _CHILD = """
 import json, resource, sys, time
 from bokeh.embed import json_item
-from workbench.trace.bundle import open_bundle
+from workbench.trace.store.bundle import open_bundle
 from workbench.views.dashboard import dashboard
 started = time.perf_counter()
 json.dumps(json_item(dashboard(open_bundle(sys.argv[1], sys.argv[2]))))

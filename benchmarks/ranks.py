@@ -100,7 +100,7 @@ class PhaseClock(NullProgress):
 
 def _warm() -> None:
     """A Ray worker's first task: the imports every rank task needs."""
-    import workbench.trace.rank_tasks  # noqa: F401
+    import workbench.trace.ranks.tasks  # noqa: F401
 
 
 def run(mode: str, folder: Path, work: Path, cpus: int) -> dict:

@@ -68,7 +68,7 @@ def _peak_rss() -> int:
 def child_ingest(trace_path: str, root: str) -> dict:
     """Read the trace file and write it as a bundle under `root`; the run id and timings."""
     from workbench.trace import read_trace
-    from workbench.trace.bundle import new_run_id, write_bundle
+    from workbench.trace.store.bundle import new_run_id, write_bundle
 
     start = time.perf_counter()
     trace = read_trace(trace_path)
@@ -84,7 +84,7 @@ def child_ingest(trace_path: str, root: str) -> dict:
 def child_report(root: str, run_id: str, html_path: str) -> dict:
     """Build the dashboard of bundle `run_id` and write it as an HTML report; timings and sizes."""
     from workbench.report import write_report
-    from workbench.trace.bundle import open_bundle
+    from workbench.trace.store.bundle import open_bundle
     from workbench.views.dashboard import dashboard
 
     start = time.perf_counter()

@@ -60,8 +60,8 @@ def write_synthetic_bundle(root: Path, run_id: str, events: int, seed: int = 0) 
     import pyarrow as pa
 
     from workbench.trace import Trace
-    from workbench.trace.bundle import write_bundle
     from workbench.trace.schema import EVENTS
+    from workbench.trace.store.bundle import write_bundle
 
     rng = np.random.default_rng(seed)
     ops = max(events * 10 // 31, 10)  # per op: op, launch, kernel, and a memcpy every tenth op
@@ -125,7 +125,7 @@ def prepare_bundle(folder: Path, events: int, seed: int, no_index: bool) -> dict
     `no_index`, else with one. Its event count and file sizes (and the write time when written)."""
     import pyarrow.parquet as pq
 
-    from workbench.analysis.span_index import INDEX_FILE, write_index
+    from workbench.analysis.spans.index import INDEX_FILE, write_index
 
     result = {}
     if not (folder / "run.json").is_file():
@@ -238,7 +238,7 @@ def measure_routes(server: Server, run_id: str, seed: int) -> dict:
 
 def child_report(root: str, run_id: str, html: str) -> dict:
     from workbench.report import report_layout, write_report
-    from workbench.trace.bundle import open_bundle
+    from workbench.trace.store.bundle import open_bundle
 
     start = time.perf_counter()
     path = write_report(report_layout([open_bundle(run_id, root)]), html, run_id)

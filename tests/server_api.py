@@ -13,7 +13,7 @@ from jupyter_server.utils import url_path_join
 from traitlets.config import Config
 
 from workbench.trace import read_trace
-from workbench.trace.bundle import write_bundle
+from workbench.trace.store.bundle import write_bundle
 
 TINY_JOB = {"model": "mlp", "overrides": {"hidden": 32, "in_features": 16, "num_classes": 10},
             "variants": ["eager"], "batch": 2, "iterations": 2, "warmup": 0, "threads": 1, "profile": False}

@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 
 from workbench.trace import Trace
-from workbench.trace.bundle import write_bundle
 from workbench.trace.schema import EVENTS
+from workbench.trace.store.bundle import write_bundle
 
 CPU, STREAM = "cpu/thread 1", "cuda:0/stream 7"
 

@@ -30,10 +30,10 @@ from click.testing import CliRunner
 from conftest import PAYLOADS, TINY_CAPTURE, fixture_path, payload_trace
 
 import workbench as wb
-from workbench.analysis.bottlenecks import FINDING_COLUMNS, analyze_run, find_bottlenecks, findings_table
 from workbench.analysis.breakdown import phase_window
 from workbench.analysis.diff import DIFF_COLUMNS, trace_diff
-from workbench.analysis.finding import Finding
+from workbench.analysis.findings.bottlenecks import FINDING_COLUMNS, analyze_run, find_bottlenecks, findings_table
+from workbench.analysis.findings.finding import Finding
 from workbench.analysis.fusion import TABLE_COLUMNS
 from workbench.analysis.idle import GAP_COLUMNS, idle_summary
 from workbench.analysis.roofline import ROOFLINE_COLUMNS, roofline, run_device_spec
@@ -41,7 +41,7 @@ from workbench.cli import main
 from workbench.errors import WorkbenchError
 from workbench.hardware import resolve_device_spec
 from workbench.trace import Trace, read_trace
-from workbench.trace.bundle import Bundle, open_bundle
+from workbench.trace.store.bundle import Bundle, open_bundle
 from workbench.views.dashboard import dashboard
 from workbench.views.diff import DELTA_BARS, DIFF_TABLE, STATUS_COLORS, diff_view
 from workbench.views.findings import EVIDENCE, FINDINGS_TABLE, findings_panel

@@ -5,9 +5,16 @@ The import graph is read from the syntax trees, not by importing: every `import`
 anywhere in a module counts (top level or inside functions, absolute or relative) except those under
 `if TYPE_CHECKING:`, which never run (they are how a module names a type without importing its module).
 `from package import name` is an edge to the submodule `package.name` when there is one, else to the
-package; an import of a module that does not exist is no edge (importing it fails elsewhere). The parent
-packages that Python initialises on the way to a submodule are not edges: they are imported first and
-are in `sys.modules` by the time a submodule imports anything.
+package; an import of a module that does not exist is no edge (importing it fails elsewhere). Two edges
+that no `import` statement shows count too:
+
+- a package's `__init__` runs on the way to any of its submodules, so importing `a.b.c` is also an edge to
+  the packages `a.b` and `a` (what their `__init__` re-exports is then imported), except to the importing
+  module's own packages, which are initialised before it runs;
+- a string naming a module of the package is an edge: the plug-in registries (`BUILTIN`) and
+  `importlib.import_module` import modules by name. The way back, a plug-in importing the registry that
+  names it (to register itself), is not: the registry imports its plug-ins at first lookup, once it is
+  whole, so that import always finds it complete.
 """
 
 from __future__ import annotations
@@ -31,7 +38,31 @@ def module_files(package: Path) -> dict[str, tuple[Path, bool]]:
 
 
 def imported_modules(name: str, path: Path, is_package: bool, known: Set[str]) -> set[str]:
-    """The modules among `known` that module `name` (file `path`) imports anywhere in its body."""
+    """The modules among `known` that module `name` (file `path`) imports anywhere in its body, with the
+    packages initialised on the way (see the module docstring)."""
+    found = _named_imports(name, path, is_package, known) | _named_in_strings(path, known)
+    own = _packages_of(name) | ({name} if is_package else set())
+    found |= {package for target in found for package in _packages_of(target) if package in known} - own
+    found.discard(name)
+    return found
+
+
+def _packages_of(module: str) -> set[str]:
+    """The packages enclosing `module` (`a.b.c`: `a`, `a.b`)."""
+    parts = module.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+def _named_in_strings(path: Path, known: Set[str]) -> set[str]:
+    """The modules among `known` that the module at `path` names in a string (a plug-in registry's)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    return {node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and "." in node.value
+            and node.value in known}
+
+
+def _named_imports(name: str, path: Path, is_package: bool, known: Set[str]) -> set[str]:
+    """The modules among `known` that module `name` names in an import statement."""
     here = name.split(".") if is_package else name.split(".")[:-1]
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     type_only = {id(node) for block in ast.walk(tree) if _is_type_checking_block(block)
@@ -50,7 +81,6 @@ def imported_modules(name: str, path: Path, is_package: bool, known: Set[str]) -
                     found.add(f"{source}.{alias.name}")
                 elif source in known:
                     found.add(source)
-    found.discard(name)
     return found
 
 
@@ -64,10 +94,16 @@ def _is_type_checking_block(node: ast.AST) -> bool:
 
 
 def import_graph(package: Path) -> dict[str, set[str]]:
-    """Module name -> the modules of the same package it imports."""
+    """Module name -> the modules of the same package it imports (a plug-in's import of the registry that
+    names it left out: see the module docstring)."""
     modules = module_files(package)
-    return {name: imported_modules(name, path, is_package, modules.keys())
-            for name, (path, is_package) in modules.items()}
+    graph = {name: imported_modules(name, path, is_package, modules.keys())
+             for name, (path, is_package) in modules.items()}
+    for registry, (path, _) in modules.items():
+        for plugin in _named_in_strings(path, modules.keys()):
+            for module in (m for m in graph if m == plugin or m.startswith(f"{plugin}.")):
+                graph[module].discard(registry)  # a plug-in package's modules register it too
+    return graph
 
 
 def find_cycles(graph: Mapping[str, Set[str]]) -> list[list[str]]:
@@ -155,9 +191,44 @@ def test_import_graph_sees_lazy_relative_and_submodule_imports(tmp_path):
     (package / "sub" / "helper.py").write_text("def f():\n    from ..top import g\n    import pkg.missing\n")
     (package / "top.py").write_text("import json\nfrom typing import TYPE_CHECKING\nfrom .sub.helper import f\n"
                                     "if TYPE_CHECKING:\n    from pkg import sub\n")
-    assert import_graph(package) == {"pkg": {"pkg.sub.helper"}, "pkg.sub": {"pkg.sub.helper"},
-                                     "pkg.sub.helper": {"pkg.top"}, "pkg.top": {"pkg.sub.helper"}}
-    assert find_cycles(import_graph(package)) == [["pkg.sub.helper", "pkg.top", "pkg.sub.helper"]]
+    assert import_graph(package) == {"pkg": {"pkg.sub", "pkg.sub.helper"}, "pkg.sub": {"pkg.sub.helper"},
+                                     "pkg.sub.helper": {"pkg.top"}, "pkg.top": {"pkg.sub", "pkg.sub.helper"}}
+    assert find_cycles(import_graph(package)) == [["pkg.sub", "pkg.sub.helper", "pkg.top", "pkg.sub"]]
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path / "pkg"
+
+
+def test_a_package_init_re_exporting_a_module_that_imports_the_package_is_a_cycle(tmp_path):
+    package = _package(tmp_path, {"pkg/__init__.py": "", "pkg/trace/__init__.py": "from pkg.trace.reader import read\n",
+                                  "pkg/trace/reader.py": "from pkg.store.bundle import write\n",
+                                  "pkg/store/__init__.py": "", "pkg/store/bundle.py": "from pkg.trace.model import T\n",
+                                  "pkg/trace/model.py": ""})
+    assert find_cycles(import_graph(package)) == [["pkg.store.bundle", "pkg.trace", "pkg.trace.reader",
+                                                   "pkg.store.bundle"]]
+
+
+def test_an_import_inside_a_function_is_a_cycle(tmp_path):
+    package = _package(tmp_path, {"pkg/__init__.py": "", "pkg/child.py": "def run():\n    from pkg import lifecycle\n",
+                                  "pkg/lifecycle.py": "import pkg.child\n"})
+    assert find_cycles(import_graph(package)) == [["pkg.child", "pkg.lifecycle", "pkg.child"]]
+
+
+def test_a_module_a_plugin_registry_names_is_a_cycle(tmp_path):
+    files = {"pkg/__init__.py": "", "pkg/registry.py": "BUILTIN = {'nsys': 'pkg.nsys'}\n",
+             "pkg/nsys.py": "from pkg.registry import register\nfrom pkg.child import spec\n",
+             "pkg/child.py": "def run():\n    from pkg.lifecycle import go\n",
+             "pkg/lifecycle.py": "from pkg.registry import get\n"}
+    package = _package(tmp_path, files)
+    assert find_cycles(import_graph(package)) == [["pkg.child", "pkg.lifecycle", "pkg.registry", "pkg.nsys",
+                                                   "pkg.child"]]
+    files["pkg/child.py"] = ""  # the registry alone, its plug-in registering itself: no cycle
+    assert find_cycles(import_graph(_package(tmp_path, files))) == []
 
 
 def test_no_import_cycles():

@@ -12,8 +12,8 @@ import pytest
 from conftest import fixture_path, write_trace
 from test_idle import kineto_origin_ns, raw_events, raw_idle, raw_kineto_work, raw_nsys_work
 
-from workbench.analysis.bottlenecks import FINDING_COLUMNS, analyze, find_bottlenecks, findings_table
-from workbench.analysis.finding import Finding, Thresholds
+from workbench.analysis.findings.bottlenecks import FINDING_COLUMNS, analyze, find_bottlenecks, findings_table
+from workbench.analysis.findings.finding import Finding, Thresholds
 from workbench.analysis.idle import merge_intervals
 from workbench.errors import WorkbenchError
 from workbench.trace import Trace, read_trace

@@ -19,9 +19,10 @@ import pytest
 
 from workbench.errors import BundleError, DiskFullError
 from workbench.paths import traces_root
-from workbench.trace import bundle as bundle_module
 from workbench.trace import schema
-from workbench.trace.bundle import (
+from workbench.trace.model import Trace
+from workbench.trace.store import bundle as bundle_module
+from workbench.trace.store.bundle import (
     BundleWarning,
     delete_bundle,
     is_valid_run_id,
@@ -31,8 +32,7 @@ from workbench.trace.bundle import (
     open_bundle,
     write_bundle,
 )
-from workbench.trace.experiment import list_experiments, read_experiment, write_experiment
-from workbench.trace.model import Trace
+from workbench.trace.store.experiment import list_experiments, read_experiment, write_experiment
 
 
 def make_trace() -> Trace:

@@ -15,9 +15,9 @@ from workbench.profiling import (
     attach_flops,
     phase,
     phases,
-    profile_variant,
     progress_units,
 )
+from workbench.profiling.lifecycle import profile_variant
 from workbench.profiling.torch_profiler import TRACE_SUFFIX, TorchProfilerSession
 from workbench.trace import read_trace, schema
 from workbench.trace.model import Trace

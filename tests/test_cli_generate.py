@@ -14,8 +14,8 @@ from workbench.llm.kv_cache import kv_cache_bytes
 from workbench.llm.run import GenerateSettings, generation_points, run_generation
 from workbench.llm.tables import trace_decode_steps as decode_steps
 from workbench.llm.tables import variant_table
-from workbench.trace.bundle import Bundle, open_bundle
-from workbench.trace.experiment import read_experiment
+from workbench.trace.store.bundle import Bundle, open_bundle
+from workbench.trace.store.experiment import read_experiment
 
 SMALL = ["--set", "vocab=256", "--set", "layers=2", "--set", "d_model=64", "--set", "heads=4", "--set", "max_seq=64"]
 LLM_KEYS = {"ttft_ms", "tpot_ms", "tokens_per_s", "kv_cache_bytes"}

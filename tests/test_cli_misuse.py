@@ -15,7 +15,7 @@ from conftest import TINY_CAPTURE, write_trace
 
 from workbench.cli import main
 from workbench.limits import MAX_BATCH, MAX_ITERATIONS, MAX_MODEL_DIM, MAX_SEQ, MAX_THREADS, MAX_WARMUP
-from workbench.trace.bundle import write_bundle
+from workbench.trace.store.bundle import write_bundle
 
 TOO_LONG = "r" * 300
 """A run id (and a file name) longer than any file system takes."""

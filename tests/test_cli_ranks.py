@@ -18,8 +18,8 @@ from workbench.analysis.ranks import RANK_COLUMNS, SPREAD_COLUMNS, RankPartial, 
 from workbench.cli import main
 from workbench.distributed import engine
 from workbench.rank_import import import_rank_job
-from workbench.trace.experiment import write_experiment
-from workbench.trace.multirank import read_ranks
+from workbench.trace.ranks.multirank import read_ranks
+from workbench.trace.store.experiment import write_experiment
 
 MEMORY_ROOT = "/cli-ranks-traces"
 """Folder of the memory:// traces root, removed after the test that uses it."""

@@ -14,7 +14,7 @@ from conftest import TINY_CAPTURE
 from workbench.analysis.experiment_tables import latency_samples, op_comparison, variant_table
 from workbench.analysis.fusion import fusion_inputs, fusion_table
 from workbench.cli import main
-from workbench.trace.bundle import open_bundle
+from workbench.trace.store.bundle import open_bundle
 from workbench.views.experiments import experiments_view as compare
 
 

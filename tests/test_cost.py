@@ -14,7 +14,7 @@ from conftest import TINY_CAPTURE
 from workbench.analysis.cost import cost_table
 from workbench.cli import main
 from workbench.hardware import DeviceSpec, device_spec
-from workbench.trace.bundle import open_bundle
+from workbench.trace.store.bundle import open_bundle
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from conftest import fixture_path, write_trace
 from workbench.analysis.memory import allocations, memory_timeline
 from workbench.errors import TraceFormatError, WorkbenchError
 from workbench.trace import read_trace
-from workbench.trace.cuda_snapshot import (
+from workbench.trace.formats.cuda_snapshot import (
     ALLOCATOR,
     SEGMENTS,
     load_snapshot,
@@ -212,7 +212,7 @@ def test_a_cuda_capture_records_the_allocator_into_its_bundle(tmp_path):
                                   model_overrides={"vocab": 64, "layers": 1, "d_model": 32, "heads": 4, "max_seq": 16})
     (run,) = run_experiment(settings, tmp_path).runs
     assert run.status == "ok", run.error
-    from workbench.trace.bundle import open_bundle
+    from workbench.trace.store.bundle import open_bundle
 
     bundle = open_bundle(run.run_id, tmp_path)
     memory = bundle.trace().memory.to_pandas()

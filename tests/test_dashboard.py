@@ -11,7 +11,7 @@ from conftest import TINY_CAPTURE, fixture_path
 
 from workbench.analysis.breakdown import op_table, phase_window
 from workbench.cli import main
-from workbench.trace.bundle import open_bundle
+from workbench.trace.store.bundle import open_bundle
 from workbench.views.dashboard import dashboard
 from workbench.views.timeline import SPANS_SOURCE
 

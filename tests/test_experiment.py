@@ -15,9 +15,9 @@ import workbench.runner as runner_module
 from workbench.errors import BundleError, UnknownModelError, WorkbenchError
 from workbench.experiment import DEFAULT_VARIANTS, ExperimentSettings, run_experiment
 from workbench.profiling import ProfileSettings, progress_units
-from workbench.trace.bundle import list_bundles, open_bundle
-from workbench.trace.experiment import read_experiment
 from workbench.trace.schema import LIFECYCLE_PHASES as LIFECYCLE
+from workbench.trace.store.bundle import list_bundles, open_bundle
+from workbench.trace.store.experiment import read_experiment
 
 TINY_GPT = {"vocab": 64, "layers": 1, "d_model": 32, "heads": 4, "max_seq": 16}
 PROFILE = ProfileSettings(warmup_steps=1, active_steps=2)

@@ -21,7 +21,7 @@ from workbench.analysis.steps import step_windows
 from workbench.backends.jax_backend import FUSION_OFF
 from workbench.errors import WorkbenchError
 from workbench.trace import read_trace
-from workbench.trace.hlo_text import parse_hlo
+from workbench.trace.formats.hlo_text import parse_hlo
 from workbench.trace.model import Trace
 
 NO_FUSION = FUSION_OFF
@@ -333,7 +333,8 @@ def torch_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Trace]:
     """Steady-state captures (1 warm-up, 2 profiled steps) of a one-block GPT, eager and torch.compile."""
     from workbench.backends import get_variant
     from workbench.models import load_model
-    from workbench.profiling import ProfileSettings, attach_flops, profile_variant
+    from workbench.profiling import ProfileSettings, attach_flops
+    from workbench.profiling.lifecycle import profile_variant
 
     gpt = load_model("tiny-gpt", **TINY_GPT)
     traces = {}

@@ -16,7 +16,7 @@ import workbench as wb
 from workbench.cli import main
 from workbench.imports import import_traces
 from workbench.trace import read_trace
-from workbench.trace.bundle import open_bundle
+from workbench.trace.store.bundle import open_bundle
 
 NO_ORIGIN = ("M", "s", "t", "f", "C")
 """Phases of the records that set no origin: metadata, flows and counters."""

@@ -20,10 +20,10 @@ from conftest import TINY_CAPTURE, write_trace
 
 from workbench.cli import main
 from workbench.errors import BundleError
-from workbench.trace.bundle import list_bundles, open_bundle, write_bundle
-from workbench.trace.experiment import list_experiments, write_experiment
-from workbench.trace.scratch import owner_gone, scratch_name
-from workbench.trace.staging import COMMITTED, staged, sweep
+from workbench.trace.store.bundle import list_bundles, open_bundle, write_bundle
+from workbench.trace.store.experiment import list_experiments, write_experiment
+from workbench.trace.store.scratch import owner_gone, scratch_name
+from workbench.trace.store.staging import COMMITTED, staged, sweep
 
 LONG_CAPTURE = [*TINY_CAPTURE, "--variants", "eager,bf16", "--iterations", "100000"]
 """A tiny capture made to run for minutes, so that a signal sent within seconds finds it running."""
@@ -96,9 +96,9 @@ def _kill_during_write(root: Path, *, commit: bool) -> None:
     script = f"""
 import os, signal
 from pathlib import Path
-from workbench.trace.bundle import write_bundle
-from workbench.trace.experiment import write_experiment
-from workbench.trace.staging import staged
+from workbench.trace.store.bundle import write_bundle
+from workbench.trace.store.experiment import write_experiment
+from workbench.trace.store.staging import staged
 
 def rename_then_die(src, dst, rename=os.rename):
     rename(src, dst)
@@ -151,7 +151,7 @@ def test_only_scratch_whose_owner_is_gone_is_swept(tmp_path: Path) -> None:
     reused_pid = mine.replace(f"{pid}.{start}", f"{pid}.{int(start) + 1}")  # this pid, another process's start
     legacy = ".tmp-run-2-0a1b2c3d"  # written by an older workbench: owner unknown
     other_host = mine.replace(f"{host}.{boot}", f"{'0' * len(host)}.{boot}")
-    other = subprocess.Popen([sys.executable, "-c", "from workbench.trace.scratch import scratch_name; "
+    other = subprocess.Popen([sys.executable, "-c", "from workbench.trace.store.scratch import scratch_name; "
                               "print(scratch_name('profile', 'eager'), flush=True); import time; time.sleep(60)"],
                              stdout=subprocess.PIPE, text=True)
     try:

@@ -16,7 +16,7 @@ from workbench.experiment import ExperimentResult, ExperimentSettings, run_exper
 from workbench.models import load_model
 from workbench.profiling import ProfileSettings
 from workbench.trace import read_trace
-from workbench.trace.bundle import open_bundle
+from workbench.trace.store.bundle import open_bundle
 
 SMALL_GPT = {"layers": 1, "d_model": 64, "heads": 4, "kv_heads": 2, "vocab": 256, "max_seq": 64}
 JAX_VARIANTS = ("eager", "jax-jit", "jax-jit-bf16", "jax-jit-fp16", "jax-nofusion")

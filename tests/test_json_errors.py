@@ -15,9 +15,10 @@ import pytest
 from conftest import fixture_path
 
 from workbench.errors import TraceFormatError
-from workbench.trace import jsonstream, read_trace
-from workbench.trace.jsonstream import can_fork
-from workbench.trace.kineto import read_kineto
+from workbench.trace import read_trace
+from workbench.trace.kineto import jsonstream
+from workbench.trace.kineto.jsonstream import can_fork
+from workbench.trace.kineto.reader import read_kineto
 
 NOT_A_TRACE = "not a Chrome trace (expected an object with traceEvents, or an array of event objects)"
 

@@ -13,9 +13,10 @@ from conftest import fixture_path, load_raw
 from test_kineto_parallel import assert_same_trace
 
 from workbench.analysis.breakdown import kernel_time_by_device
-from workbench.trace import jsonstream, read_trace
-from workbench.trace.jsonstream import can_fork
-from workbench.trace.kineto import read_kineto
+from workbench.trace import read_trace
+from workbench.trace.kineto import jsonstream
+from workbench.trace.kineto.jsonstream import can_fork
+from workbench.trace.kineto.reader import read_kineto
 
 MTIA = "mtia_inference_rank0.json.gz"
 CUPTI = "cupti_range_profiler.json.gz"

@@ -17,9 +17,10 @@ import pytest
 from conftest import fixture_path, write_trace
 
 from workbench.errors import TraceFormatError, WorkbenchError
-from workbench.trace import jsonstream, kineto
-from workbench.trace.jsonstream import ChunkDecodeError, TraceEventStream, can_fork
-from workbench.trace.kineto import decode_processes, read_kineto
+from workbench.trace.kineto import jsonstream
+from workbench.trace.kineto import reader as kineto
+from workbench.trace.kineto.jsonstream import ChunkDecodeError, TraceEventStream, can_fork
+from workbench.trace.kineto.reader import decode_processes, read_kineto
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="worker processes are forked, on Linux only")
 

@@ -10,7 +10,8 @@ import pytest
 from conftest import write_trace
 
 from workbench.errors import TraceFormatError
-from workbench.trace import jsonstream, read_trace
+from workbench.trace import read_trace
+from workbench.trace.kineto import jsonstream
 
 
 def _op(name, ts, dur, tid=1, **args):

@@ -15,8 +15,8 @@ from bokeh.resources import INLINE
 from click.testing import CliRunner
 from test_timeline import make_trace
 
-from workbench.analysis import spans
-from workbench.analysis.finding import MAX_DEVICES, FindingContext, Thresholds
+from workbench.analysis.findings.finding import MAX_DEVICES, FindingContext, Thresholds
+from workbench.analysis.spans import queries as spans
 from workbench.analysis.timeline import (
     FOLDED_TRACK,
     MAX_LANES,
@@ -27,7 +27,7 @@ from workbench.analysis.timeline import (
     track_table,
 )
 from workbench.cli import main
-from workbench.trace.bundle import write_bundle
+from workbench.trace.store.bundle import write_bundle
 from workbench.views._table import MAX_TABLE_ROWS, data_table, rows_note
 from workbench.views.tables import op_table_view
 from workbench.views.timeline import TIMELINE_PLOT, timeline

@@ -18,8 +18,8 @@ from workbench.llm import hf_run  # noqa: E402
 from workbench.llm.hf_run import HFGenerateSettings, run_hf_generation  # noqa: E402
 from workbench.llm.tables import trace_decode_steps  # noqa: E402
 from workbench.models import LoadedModel  # noqa: E402
-from workbench.trace.bundle import open_bundle  # noqa: E402
-from workbench.trace.experiment import read_experiment  # noqa: E402
+from workbench.trace.store.bundle import open_bundle  # noqa: E402
+from workbench.trace.store.experiment import read_experiment  # noqa: E402
 
 VOCAB = 512
 LLAMA = {"num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,

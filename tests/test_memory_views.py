@@ -27,7 +27,7 @@ from workbench.analysis.memory import (
 )
 from workbench.cli import main
 from workbench.trace import Trace, read_trace, schema
-from workbench.trace.bundle import open_bundle
+from workbench.trace.store.bundle import open_bundle
 from workbench.views.memory import memory_map
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

@@ -19,10 +19,10 @@ from workbench.errors import BundleError, WorkbenchError
 from workbench.paths import checked_root
 from workbench.rank_import import import_rank_job
 from workbench.storage import location
-from workbench.trace.bundle import RUN_JSON, TABLES, list_bundles, open_bundle
-from workbench.trace.experiment import list_experiments
-from workbench.trace.mirror import mirror_root
-from workbench.trace.mirror_bundle import REMOTE_JSON, remote_root
+from workbench.trace.store.bundle import RUN_JSON, TABLES, list_bundles, open_bundle
+from workbench.trace.store.experiment import list_experiments
+from workbench.trace.store.mirror import mirror_root
+from workbench.trace.store.mirror_bundle import REMOTE_JSON, remote_root
 
 ROOT = "/mirrored"
 URL = f"memory://{ROOT.lstrip('/')}"

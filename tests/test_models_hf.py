@@ -15,8 +15,8 @@ from workbench.models import memory as memory_module
 from workbench.models.hf import HFModule
 from workbench.models.registry import model_source
 from workbench.server.model_policy import ModelPolicy, ModelRefused
-from workbench.trace.bundle import open_bundle
 from workbench.trace.schema import LIFECYCLE_PHASES
+from workbench.trace.store.bundle import open_bundle
 
 transformers = pytest.importorskip("transformers")
 

@@ -18,7 +18,7 @@ from workbench.errors import WorkbenchError
 from workbench.experiment import ExperimentSettings, run_experiment
 from workbench.models import load_model
 from workbench.models.registry import model_source
-from workbench.trace.bundle import open_bundle
+from workbench.trace.store.bundle import open_bundle
 
 pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")

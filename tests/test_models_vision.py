@@ -138,7 +138,7 @@ def test_capture_of_a_torchvision_model_writes_ops_and_numerics(empty_torch_hub,
     from click.testing import CliRunner
 
     from workbench.cli import main
-    from workbench.trace.bundle import open_bundle
+    from workbench.trace.store.bundle import open_bundle
 
     result = CliRunner().invoke(main, ["capture", "--model", "torchvision:mobilenet_v3_small", "--variants", "eager",
                                        "--batch", "1", "--iterations", "2", "--warmup", "1", "--threads", "1",

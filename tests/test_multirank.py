@@ -18,9 +18,9 @@ from workbench.cli import main
 from workbench.errors import TraceFormatError
 from workbench.imports import import_ranks
 from workbench.trace import read_trace
-from workbench.trace.bundle import list_bundles, open_bundle
-from workbench.trace.experiment import list_experiments
-from workbench.trace.multirank import read_ranks
+from workbench.trace.ranks.multirank import read_ranks
+from workbench.trace.store.bundle import list_bundles, open_bundle
+from workbench.trace.store.experiment import list_experiments
 
 BASE_NS = 1_700_000_000_000_000_000
 """Job epoch (ns) of the synthetic traces; their `baseTimeNanoseconds` are this plus `DELTA_NS`."""

@@ -21,8 +21,8 @@ import pytest
 from workbench.analysis.kernel_metrics import join_kernel_metrics, trace_kernels
 from workbench.errors import BundleError, TraceFormatError
 from workbench.trace import Trace, schema
-from workbench.trace.bundle import OPTIONAL_TABLES, open_bundle, write_bundle
-from workbench.trace.ncu import CORE, METRICS, parse_ncu_csv, read_ncu_csv, table_metadata
+from workbench.trace.formats.ncu import CORE, METRICS, parse_ncu_csv, read_ncu_csv, table_metadata
+from workbench.trace.store.bundle import OPTIONAL_TABLES, open_bundle, write_bundle
 
 GEMM = "void cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>(T1::Params)"
 ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)"  # noqa: E501

@@ -24,15 +24,15 @@ from workbench.cli import main
 from workbench.errors import WorkbenchError
 from workbench.experiment import ExperimentSettings
 from workbench.models import load_model
-from workbench.profiling import ProfileSettings, check_profiler, profilers, session
+from workbench.profiling import ProfileSettings, session
 from workbench.profiling.child import CHILD_COMMAND, ChildSpec, child_command, child_env
 from workbench.profiling.cuda_range import CudaRangeSession
 from workbench.profiling.ncu import ncu_command, ncu_import_command, profile_with_ncu
 from workbench.profiling.nsys import NSYS_TRACE, nsys_command, nsys_export_command, profile_with_nsys
-from workbench.profiling.registry import DEFAULT_LAUNCH_COUNT
+from workbench.profiling.registry import DEFAULT_LAUNCH_COUNT, check_profiler, get_profiler, profilers
 from workbench.profiling.tools import ToolMissing, find_tool
 from workbench.trace import read_trace
-from workbench.trace.ncu import METRICS
+from workbench.trace.formats.ncu import METRICS
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"vocab": 64, "layers": 1, "d_model": 32, "heads": 2, "max_seq": 16}
@@ -191,7 +191,7 @@ def test_the_range_brackets_exactly_the_measured_iterations(monkeypatch, tmp_pat
     monkeypatch.setitem(session._SESSIONS, "cuda-range", cuda_session)
     loaded = load_model("tiny-gpt", **TINY)
     run = lifecycle.profile_variant(get_variant("eager", 2), loaded, loaded.make_inputs(2, 8), tmp_path,
-                                    ProfileSettings(warmup_steps=2, active_steps=2), profiler="nsys")
+                                    ProfileSettings(warmup_steps=2, active_steps=2), tool=get_profiler("nsys"))
     assert log == ["> load", "< load", "> compile", "< compile", "> warmup", "cudaProfilerStart", "< warmup",
                    "> measure", "> step 0", "< step 0", "> step 1", "< step 1", "< measure", "cudaProfilerStop"]
     assert run.trace_path == tmp_path and run.op_flops == {} and run.raw_paths == () and run.memory_snapshot is None
@@ -388,7 +388,7 @@ def _needs(tool: str) -> pytest.MarkDecorator:
 @pytest.mark.gpu
 @_needs("nsys")
 def test_capture_under_nsys_on_a_gpu(tmp_path):
-    from workbench.trace.bundle import open_bundle
+    from workbench.trace.store.bundle import open_bundle
 
     root = tmp_path / "traces"
     result = CliRunner().invoke(main, ["capture", *TINY_CAPTURE, "--variants", "eager,compile", "--device", "cuda",
@@ -410,7 +410,7 @@ def test_capture_under_nsys_on_a_gpu(tmp_path):
 def test_capture_under_ncu_on_a_gpu(tmp_path):
     from workbench.analysis.kernel_metrics import join_kernel_metrics
     from workbench.experiment import run_experiment
-    from workbench.trace.bundle import open_bundle
+    from workbench.trace.store.bundle import open_bundle
 
     settings = ExperimentSettings(model="tiny-gpt", variants=("eager",), batch=2, seq=8, device="cuda", warmup=1,
                                   iterations=3, model_overrides=TINY, profiler="ncu", launch_count=10,

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from conftest import fixture_path
 
 from workbench.cli import main
-from workbench.trace.nsys import read_nsys
+from workbench.trace.nsys.reader import read_nsys
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -226,7 +226,7 @@ def test_the_import_command_says_so_in_one_line(export, tmp_path):
 @pytest.mark.parametrize("fetch_rows", [65536, 10])  # one chunk; chunks whose inferred types differ
 def test_a_column_without_a_declared_type_holding_mixed_values_is_read_as_text(export, clean, tmp_path,
                                                                                 monkeypatch, fetch_rows):
-    monkeypatch.setattr("workbench.trace.nsys_tables._FETCH_ROWS", fetch_rows)
+    monkeypatch.setattr("workbench.trace.nsys.tables._FETCH_ROWS", fetch_rows)
     path = _mutated(export, tmp_path, f"ALTER TABLE {RUNTIME} ADD COLUMN odd",
                     f"UPDATE {RUNTIME} SET odd = CASE WHEN rowid <= 50 THEN rowid ELSE 'x' || rowid END",
                     f"UPDATE {RUNTIME} SET odd = {INF} WHERE rowid = 7")

@@ -16,7 +16,7 @@ from conftest import fixture_path
 from workbench.cli import main
 from workbench.errors import TraceFormatError
 from workbench.trace import read_trace
-from workbench.trace.nsys import read_nsys
+from workbench.trace.nsys.reader import read_nsys
 from workbench.trace.registry import sniff_format
 
 PID = "(globalPid >> 24) & 16777215"

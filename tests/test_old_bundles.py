@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from workbench.analysis.sql import run_query
 from workbench.cli import main
-from workbench.trace.bundle import list_bundles, open_bundle
-from workbench.trace.records import ExperimentRecord, RunInfo
+from workbench.trace.store.bundle import list_bundles, open_bundle
+from workbench.trace.store.records import ExperimentRecord, RunInfo
 
 ARCHIVE = Path(__file__).parent / "data" / "bundles-0.1.0-d3606ea.tar.gz"
 

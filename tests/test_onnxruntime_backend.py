@@ -14,7 +14,7 @@ from workbench.errors import VariantUnavailable
 from workbench.experiment import ExperimentSettings, run_experiment
 from workbench.models import load_model
 from workbench.profiling import ProfileSettings
-from workbench.trace.bundle import open_bundle
+from workbench.trace.store.bundle import open_bundle
 
 ort = pytest.importorskip("onnxruntime")
 

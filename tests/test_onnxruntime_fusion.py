@@ -10,7 +10,7 @@ from workbench.analysis.ort_fusion import GRAPH_RECORD, ort_node_table, ort_summ
 from workbench.backends import get_variant
 from workbench.errors import WorkbenchError
 from workbench.models import load_model
-from workbench.profiling import prepare_variant
+from workbench.profiling.lifecycle import prepare_variant
 
 pytest.importorskip("onnxruntime")
 

@@ -16,7 +16,7 @@ from workbench.backends.onnxruntime.profile import merge_ort_profile
 from workbench.cli import main
 from workbench.errors import TraceFormatError
 from workbench.trace import read_trace
-from workbench.trace.ort_profile import read_ort_profile
+from workbench.trace.formats.ort_profile import read_ort_profile
 from workbench.trace.registry import sniff_format
 
 ort = pytest.importorskip("onnxruntime")
@@ -134,7 +134,7 @@ def test_workbench_import_reads_an_ort_profile(profile, tmp_path):
     path, _ = profile
     result = CliRunner().invoke(main, ["import", str(path), "--out", str(tmp_path / "root"), "--json"])
     assert result.exit_code == 0, result.output
-    from workbench.trace.bundle import open_bundle
+    from workbench.trace.store.bundle import open_bundle
 
     (run_id,) = json.loads(result.output)
     assert open_bundle(run_id, tmp_path / "root").trace().kind_counts()["kernel"] == 3 * RUNS

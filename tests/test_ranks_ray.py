@@ -19,9 +19,9 @@ from workbench.analysis.ranks import rank_aggregates
 from workbench.cli import main
 from workbench.rank_import import WRITE_TASK, import_rank_job
 from workbench.runner import NullProgress
-from workbench.trace.bundle import TABLES, list_bundles
-from workbench.trace.experiment import list_experiments
-from workbench.trace.multirank import read_ranks
+from workbench.trace.ranks.multirank import read_ranks
+from workbench.trace.store.bundle import TABLES, list_bundles
+from workbench.trace.store.experiment import list_experiments
 
 ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'workbench[ray]'")
 pytestmark = pytest.mark.slow  # starting Ray takes seconds (20+ on a loaded 2-core machine)

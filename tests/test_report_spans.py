@@ -11,7 +11,7 @@ from spans_data import CPU, gpu_steps, write_run
 
 from workbench.report import report_layout, write_report
 from workbench.report_spans import UNPACK, report_dashboard, report_plan, unpack
-from workbench.trace.bundle import open_bundle
+from workbench.trace.store.bundle import open_bundle
 from workbench.views.timeline import SPANS_SOURCE, WINDOWS
 
 MB = 1_000_000

@@ -24,7 +24,7 @@ from workbench.analysis.roofline import (
 from workbench.cli import main
 from workbench.hardware import DeviceSpec, cpu_probe, device_spec
 from workbench.trace import Trace, schema
-from workbench.trace.bundle import open_bundle
+from workbench.trace.store.bundle import open_bundle
 
 F, BF = "float", "c10::BFloat16"
 

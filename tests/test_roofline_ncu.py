@@ -19,14 +19,14 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from workbench.analysis.bottlenecks import analyze_run, find_bottlenecks, run_roofline
+from workbench.analysis.findings.bottlenecks import analyze_run, find_bottlenecks, run_roofline
 from workbench.analysis.kernel_metrics import measured_work
 from workbench.analysis.roofline import ROOFLINE_COLUMNS, event_work, roofline
 from workbench.cli import main
 from workbench.hardware import device_spec
 from workbench.trace import Trace, schema
-from workbench.trace.bundle import open_bundle, write_bundle
-from workbench.trace.ncu import TENSOR_FLOPS_PER_INSTRUCTION, parse_ncu_csv, tensor_flops
+from workbench.trace.formats.ncu import TENSOR_FLOPS_PER_INSTRUCTION, parse_ncu_csv, tensor_flops
+from workbench.trace.store.bundle import open_bundle, write_bundle
 
 H100 = device_spec("h100-sxm")
 FP32_PEAK, BF16_PEAK, BANDWIDTH = 67e12, 989.5e12, 3.35e12

@@ -15,13 +15,13 @@ import pytest
 
 from workbench.backends import list_variants
 from workbench.limits import MAX_BATCH, MAX_ITERATIONS
-from workbench.profiling import profilers
+from workbench.profiling.registry import profilers
 from workbench.progress import JsonProgress
 from workbench.server.capture_request import CaptureRequestError, capture_args
 from workbench.server.jobs import LOG_LINES, JobManager
 from workbench.trace import read_trace
-from workbench.trace.bundle import list_bundles, write_bundle
-from workbench.trace.experiment import write_experiment
+from workbench.trace.store.bundle import list_bundles, write_bundle
+from workbench.trace.store.experiment import write_experiment
 
 pytest.importorskip("jupyter_server", reason="jupyter_server is not installed (pip install -e .[lab])")
 pytest.importorskip("pytest_jupyter", reason="pytest-jupyter is not installed (pip install -e .[test])")

@@ -26,7 +26,7 @@ from workbench.limits import (
 )
 from workbench.server.capture_request import capture_args
 from workbench.server.model_policy import ModelPolicy, ModelRefused
-from workbench.trace.bundle import list_bundles
+from workbench.trace.store.bundle import list_bundles
 
 pytest.importorskip("jupyter_server", reason="jupyter_server is not installed (pip install -e .[lab])")
 pytest.importorskip("pytest_jupyter", reason="pytest-jupyter is not installed (pip install -e .[test])")

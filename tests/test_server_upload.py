@@ -19,7 +19,7 @@ from conftest import payload_trace, write_trace
 from pytest_jupyter.jupyter_server import *  # noqa: F403
 from server_api import Api, is_finished, make_run, server_config
 
-from workbench.trace.bundle import list_bundles
+from workbench.trace.store.bundle import list_bundles
 
 UPLOAD_LIMIT_MB = 1
 

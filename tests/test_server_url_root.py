@@ -17,9 +17,9 @@ from test_multirank import NAMES, _write_job
 
 from workbench.rank_import import RankImport, import_rank_job
 from workbench.storage import location
-from workbench.trace.bundle import EXPERIMENTS_DIR
-from workbench.trace.mirror import CACHE_ENV
-from workbench.trace.mirror_bundle import remote_root
+from workbench.trace.store.bundle import EXPERIMENTS_DIR
+from workbench.trace.store.mirror import CACHE_ENV
+from workbench.trace.store.mirror_bundle import remote_root
 
 pytest.importorskip("jupyter_server", reason="jupyter_server is not installed (pip install -e .[lab])")
 pytest.importorskip("pytest_jupyter", reason="pytest-jupyter is not installed (pip install -e .[test])")

@@ -1,4 +1,5 @@
-"""Windowed timeline queries (`workbench.analysis.spans`) against figures computed from the Parquet with pyarrow."""
+"""Windowed timeline queries (`workbench.analysis.spans.queries`) against figures computed from the Parquet with
+pyarrow."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 from spans_data import CPU, STREAM, gpu_steps, write_run
 
-from workbench.analysis import spans
-from workbench.analysis.span_index import RunCache, SpanIndex
+from workbench.analysis.spans import queries as spans
+from workbench.analysis.spans.index import RunCache, SpanIndex
 
 
 @pytest.fixture(scope="module")

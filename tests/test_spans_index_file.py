@@ -14,9 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 from spans_data import CPU, gpu_steps, write_run
 
-from workbench.analysis import span_file, span_index, spans
-from workbench.analysis.span_build import LONG_PER_LANE, build
-from workbench.analysis.span_index import INDEX_FILE, SpanIndex
+from workbench.analysis.spans import index as span_index
+from workbench.analysis.spans import mapped as span_file
+from workbench.analysis.spans import queries as spans
+from workbench.analysis.spans.build import LONG_PER_LANE, build
+from workbench.analysis.spans.index import INDEX_FILE, SpanIndex
 from workbench.errors import BundleError
 
 OLD_BUNDLES = Path(__file__).parent / "data" / "bundles-0.1.0-d3606ea.tar.gz"

@@ -9,7 +9,7 @@ import os
 import pytest
 from spans_data import gpu_steps, write_run
 
-from workbench.analysis import spans
+from workbench.analysis.spans import queries as spans
 
 pytest.importorskip("jupyter_server", reason="jupyter_server is not installed (pip install -e .[lab])")
 pytest.importorskip("pytest_jupyter", reason="pytest-jupyter is not installed (pip install -e .[test])")
@@ -83,7 +83,7 @@ def test_runs_outside_the_root_are_not_reached(api, run, jp_root_dir, tmp_path):
 def test_a_folded_lane_expands_through_the_spans_route(api, jp_root_dir):
     from test_lane_folding import threads_trace
 
-    from workbench.trace.bundle import write_bundle
+    from workbench.trace.store.bundle import write_bundle
 
     write_bundle(jp_root_dir / "traces", "threads", {"device": "cpu"}, threads_trace(300))
     folded = api.ok("GET", "runs/threads/spans?start_ns=0&end_ns=4000&width_px=50")["lanes"][-1]

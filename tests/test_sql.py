@@ -21,7 +21,7 @@ from workbench.analysis.sql import QueryError, run_query
 from workbench.cli import main
 from workbench.imports import import_traces
 from workbench.trace import read_trace
-from workbench.trace.bundle import open_bundle, write_bundle
+from workbench.trace.store.bundle import open_bundle, write_bundle
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "sql.md"
 RESNET = ("kineto", "resnet50_v100_train.pt.trace.json.gz")

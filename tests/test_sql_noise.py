@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from workbench.analysis.noise import latency_noise
 from workbench.cli import main
-from workbench.trace.bundle import open_bundle, write_bundle
+from workbench.trace.store.bundle import open_bundle, write_bundle
 
 
 def stats(samples: list[float]) -> dict:

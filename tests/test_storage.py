@@ -21,10 +21,10 @@ from workbench.cli import main
 from workbench.errors import MissingDependency, TraceFormatError, WorkbenchError
 from workbench.rank_import import import_rank_job
 from workbench.storage import location
-from workbench.trace import destination
-from workbench.trace.bundle import TABLES, list_bundles, open_bundle
-from workbench.trace.experiment import list_experiments
-from workbench.trace.multirank import read_ranks
+from workbench.trace.ranks.multirank import read_ranks
+from workbench.trace.store import destination
+from workbench.trace.store.bundle import TABLES, list_bundles, open_bundle
+from workbench.trace.store.experiment import list_experiments
 
 
 @pytest.fixture
@@ -169,7 +169,7 @@ def test_view_from_aggregates_has_heatmap_and_no_timelines(job: Path) -> None:
 def test_a_job_over_the_memory_budget_is_decoded_twice_with_the_same_bundles(job: Path, tmp_path: Path, memory,
                                                                               monkeypatch, where: str) -> None:
     from workbench import rank_import
-    from workbench.trace import rank_tasks
+    from workbench.trace.ranks import tasks as rank_tasks
 
     kept = import_rank_job(job, tmp_path / "kept", workers=1)
     reads: list[str] = []

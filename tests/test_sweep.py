@@ -25,10 +25,10 @@ from workbench.cli.capture import sweep_blocks
 from workbench.errors import BundleError, WorkbenchError
 from workbench.experiment import ExperimentSettings
 from workbench.server.capture_fields import json_type_of
-from workbench.trace.bundle import open_bundle
-from workbench.trace.experiment import read_experiment, write_experiment
-from workbench.trace.records import ExperimentRecord, RunInfo, display_name, series_name
-from workbench.trace.resolve import resolve_runs
+from workbench.trace.store.bundle import open_bundle
+from workbench.trace.store.experiment import read_experiment, write_experiment
+from workbench.trace.store.records import ExperimentRecord, RunInfo, display_name, series_name
+from workbench.trace.store.resolve import resolve_runs
 from workbench.views.experiments import experiments_view
 from workbench.views.text_tables import TextTable
 

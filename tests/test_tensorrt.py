@@ -38,7 +38,7 @@ from workbench.backends.variants import Variant
 from workbench.errors import MissingDependency, VariantUnavailable, WorkbenchError
 from workbench.models import load_model
 from workbench.trace import schema
-from workbench.trace.trt_layers import TRACK, LayerTimes, layer_trace
+from workbench.trace.formats.trt_layers import TRACK, LayerTimes, layer_trace
 
 SEQ = 8
 
@@ -204,6 +204,28 @@ def test_int8_inserts_qdq_and_still_runs(modelopt, which, bound, request, tmp_pa
     ref = _reference(loaded, inputs)
     assert 0 < _rel_l2(out, ref) < bound
     assert (out.argmax(-1) == ref.argmax(-1)).mean() >= 0.9
+
+
+def test_modelopt_leaves_onnxruntime_quantization_as_it_found_it(modelopt, mlp, mlp_onnx, tmp_path):
+    from onnxruntime.quantization import calibrate, qdq_quantizer
+
+    before = {owner: dict(vars(owner)) for owner in (calibrate, calibrate.MinMaxCalibrater, calibrate.CalibraterBase,
+                                                     calibrate.HistogramCollector, qdq_quantizer.QDQQuantizer)}
+    _prepared(mlp_onnx, mlp, "int8", tmp_path, None)  # ModelOpt patches them for its PTQ
+    for owner, attributes in before.items():
+        assert {k: v for k, v in vars(owner).items()} == attributes, owner
+    quantized = tmp_path / "static.onnx"
+    from onnxruntime.quantization import CalibrationDataReader, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.batches = iter([{mlp_onnx.input_names[0]: t.numpy()} for t in mlp.make_inputs(2, None)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    quantize_static(str(mlp_onnx.path), str(quantized), Reader())  # ORT's own static int8 still works after it
+    assert quantized.is_file()
 
 
 def test_fp8_inserts_float8_qdq(modelopt, gpt, gpt_onnx, tmp_path):
@@ -469,7 +491,7 @@ def test_layer_trace_lays_layers_back_to_back_under_each_execution():
 
 
 def test_layer_trace_skips_bad_times_and_round_trips(tmp_path):
-    from workbench.trace.bundle import open_bundle, write_bundle
+    from workbench.trace.store.bundle import open_bundle, write_bundle
 
     times = LayerTimes.from_dict(json.loads(json.dumps(_times().to_dict())))
     times.record("broken", float("nan"))

@@ -26,7 +26,7 @@ from workbench.analysis.timeline import (
 )
 from workbench.cli import main
 from workbench.trace import Trace, read_trace, schema
-from workbench.trace.bundle import open_bundle
+from workbench.trace.store.bundle import open_bundle
 from workbench.views.timeline import SPANS_SOURCE, refine, timeline
 from workbench.views.timeline_density import REMOTE_BARS
 

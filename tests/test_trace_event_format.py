@@ -14,9 +14,10 @@ from test_kineto_parallel import assert_same_trace
 
 from workbench.cli import main
 from workbench.errors import TraceFormatError
-from workbench.trace import jsonstream, read_trace
-from workbench.trace.jsonstream import can_fork
-from workbench.trace.kineto import read_kineto
+from workbench.trace import read_trace
+from workbench.trace.kineto import jsonstream
+from workbench.trace.kineto.jsonstream import can_fork
+from workbench.trace.kineto.reader import read_kineto
 from workbench.trace.model import Trace
 
 INT64_MAX = 2**63 - 1

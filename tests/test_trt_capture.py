@@ -31,10 +31,11 @@ from workbench.backends.tensorrt.prepared import ARTIFACTS, TIMING_CACHE, keep_c
 from workbench.errors import WorkbenchError
 from workbench.experiment import ExperimentSettings, run_experiment
 from workbench.models import load_model
-from workbench.profiling import ProfileSettings, profile_variant
+from workbench.profiling import ProfileSettings
+from workbench.profiling.lifecycle import profile_variant
 from workbench.trace import read_trace
-from workbench.trace.bundle import open_bundle, write_bundle
-from workbench.trace.trt_layers import TRACK, LayerTimes, layer_trace, merge_layer_times
+from workbench.trace.formats.trt_layers import TRACK, LayerTimes, layer_trace, merge_layer_times
+from workbench.trace.store.bundle import open_bundle, write_bundle
 from workbench.views.experiments import experiments_view as compare
 
 GEMM = {"Name": "Gemm_48", "LayerType": "CaskGemmMatrixMultiply",

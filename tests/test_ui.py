@@ -14,7 +14,7 @@ widgets = pytest.importorskip("ipywidgets", reason=LAB)
 BokehModel = pytest.importorskip("jupyter_bokeh", reason=LAB).BokehModel
 
 import workbench.experiment
-from workbench.analysis.spans import window
+from workbench.analysis.spans.queries import window
 from workbench.errors import WorkbenchError
 from workbench.experiment import ExperimentSettings
 from workbench.ui import Workbench

@@ -23,7 +23,7 @@ from workbench.cli import main
 from workbench.errors import BundleError, TraceFormatError, WorkbenchError
 from workbench.profiling import xprof_tools
 from workbench.profiling.xprof_tools import DEFAULT_TOOLS, export_tool_data
-from workbench.trace.bundle import open_bundle, write_bundle
+from workbench.trace.store.bundle import open_bundle, write_bundle
 from workbench.xprof_server import LOOPBACK, RUNS_ROUTE, serve_bundle, start_xprof, xprof_command
 
 jax = pytest.importorskip("jax", reason="XProf tools need jax (pip install 'workbench[jax]')")
@@ -87,7 +87,7 @@ def test_index_lists_every_tool_and_exactly_the_files_written(exported: tuple[Pa
 
 
 def test_trace_viewer_has_the_functions_xla_ops(exported: tuple[Path, dict[str, Any]], xspace: Path) -> None:
-    from workbench.trace.xspace import read_xspace
+    from workbench.trace.xspace.reader import read_xspace
 
     out, index = exported
     assert index["trace_viewer"] == {"files": ["trace_viewer.json.gz"], "empty": False, "error": None}

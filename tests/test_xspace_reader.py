@@ -15,7 +15,7 @@ from workbench.analysis.steps import step_windows
 from workbench.errors import MissingDependency, TraceFormatError
 from workbench.trace import read_trace, sniff_format
 from workbench.trace.model import Trace
-from workbench.trace.xspace import read_xspace
+from workbench.trace.xspace.reader import read_xspace
 
 jax = pytest.importorskip("jax", reason="the XSpace reader needs jax (pip install 'workbench[jax]')")
 jnp = pytest.importorskip("jax.numpy")

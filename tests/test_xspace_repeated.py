@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 
 from workbench.errors import TraceFormatError
-from workbench.trace import launches, nesting, xspace
+from workbench.trace import launches, nesting
 from workbench.trace.launches import enclosing
 from workbench.trace.nesting import DEPTH_LIMIT, nest_spans
 from workbench.trace.schema import KIND_CODES
-from workbench.trace.xla_host import mark_annotations
+from workbench.trace.xspace import reader as xspace
+from workbench.trace.xspace.xla_host import mark_annotations
 
 _EVENT = "events {{ metadata_id: {meta} offset_ps: {offset} duration_ps: {dur} {stats}}}"
 

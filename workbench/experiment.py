@@ -6,14 +6,14 @@ fp32 `eager` reference, times them together with the interleaved benchmark, then
 its own labelled lifecycle and writes its run bundle; last comes the experiment record that groups
 the bundles. Bundles and record are written into a staging folder of the traces root and appear there
 together when the experiment ends; an interrupted or killed experiment leaves nothing listed
-(`workbench.trace.staging`). The CLI, the notebook API and the Jupyter server all run experiments
+(`workbench.trace.store.staging`). The CLI, the notebook API and the Jupyter server all run experiments
 through here.
 
 `profiler` picks the profiled run's tool: the framework's own profiler (default), Nsight Systems (the
 run happens in a child process under `nsys`, whose SQLite export is the trace), or Nsight Compute (the
 framework's trace, plus per-kernel metrics from a child process under `ncu` in a `kernel_metrics`
 table); see `workbench.profiling.registry`. A torch variant profiled on CUDA with memory profiling also
-gets the caching allocator's snapshot merged into its memory table (`workbench.trace.cuda_snapshot`).
+gets the caching allocator's snapshot merged into its memory table (`workbench.trace.formats.cuda_snapshot`).
 A TensorRT variant's IProfiler layer timings (taken after its measured iterations) are merged into its trace
 as `layer` events carrying the engine inspector's fusion facts, and its ONNX graphs and timing cache go to
 the bundle's compile/ beside the inspector's JSON.
@@ -53,29 +53,25 @@ from workbench.backends.devices import parse_device, torch_supports
 from workbench.errors import WorkbenchError
 from workbench.models import LoadedModel, load_model
 from workbench.paths import checked_root
-from workbench.profiling import (
-    FRAMEWORK,
-    ProfiledRun,
-    ProfileSettings,
-    attach_flops,
-    check_profiler,
-    environment,
-    get_profiler,
-    phase,
-    prepare_variant,
-    profilers,
-    progress_units,
-)
+from workbench.profiling import ProfiledRun, ProfileSettings, attach_flops, environment, phase, progress_units
 from workbench.profiling.child import ChildSpec
-from workbench.profiling.registry import DEFAULT_LAUNCH_COUNT, ProfileRequest
+from workbench.profiling.lifecycle import prepare_variant
+from workbench.profiling.registry import (
+    DEFAULT_LAUNCH_COUNT,
+    FRAMEWORK,
+    ProfileRequest,
+    check_profiler,
+    get_profiler,
+    profilers,
+)
 from workbench.runner import BundleFiles, ExperimentResult, NullProgress, Progress, RunFailure, Runner
 from workbench.shapes import PROFILE_SHAPES, Shape, as_values, shape_grid, sweep_value, swept
 from workbench.threads import default_threads, torch_threads
 from workbench.trace import Trace, read_trace
-from workbench.trace.bundle import new_run_id, utc_now
-from workbench.trace.cuda_snapshot import with_cuda_snapshot
-from workbench.trace.records import SWEEP_SCHEMA_VERSION, ExperimentRecord, RunInfo
+from workbench.trace.formats.cuda_snapshot import with_cuda_snapshot
 from workbench.trace.schema import PHASE_LOAD
+from workbench.trace.store.bundle import new_run_id, utc_now
+from workbench.trace.store.records import SWEEP_SCHEMA_VERSION, ExperimentRecord, RunInfo
 
 DEFAULT_VARIANTS = ("eager", "bf16", "compile", "int8")
 """The variants of the default experiment (the README's first command)."""

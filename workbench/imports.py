@@ -1,7 +1,7 @@
 """`workbench import`: bundles from traces captured elsewhere, one per file or one per rank of a job.
 
 Every file is read before anything is written, and the bundles (and the experiment record of a job's
-ranks) are written into a staging folder and appear in the traces root together (`workbench.trace.staging`),
+ranks) are written into a staging folder and appear in the traces root together (`workbench.trace.store.staging`),
 so an import is all or nothing, even when interrupted or killed. The ranks of a job go through
 `workbench.rank_import`, whose workers (a local pool or a Ray cluster) write the bundles themselves.
 """
@@ -20,9 +20,9 @@ from workbench.rank_import import import_rank_job
 from workbench.runner import BundleFiles, NullProgress, RunFailure, Runner
 from workbench.storage import location
 from workbench.trace import Trace, read_trace
-from workbench.trace.bundle import new_run_id
-from workbench.trace.rank_tasks import import_info
-from workbench.trace.records import RunInfo
+from workbench.trace.ranks.tasks import import_info
+from workbench.trace.store.bundle import new_run_id
+from workbench.trace.store.records import RunInfo
 
 _SPECIAL_FILES = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
                   stat.S_IFSOCK: "a socket"}

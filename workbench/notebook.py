@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.paths import traces_root
-from workbench.trace.bundle import Bundle
 from workbench.trace.schema import PHASE_MEASURE
+from workbench.trace.store.bundle import Bundle
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,7 +32,7 @@ def capture(root: str | Path | None = None, **settings: Any) -> list[Bundle]:
     runs' bundles, the reference first. `batch` and `seq` may be lists: a sweep, one run per (variant, shape),
     variant by variant."""
     from workbench.experiment import ExperimentSettings, run_experiment
-    from workbench.trace.bundle import open_bundle
+    from workbench.trace.store.bundle import open_bundle
 
     result = run_experiment(ExperimentSettings(**settings), root)
     return [open_bundle(run.path, traces_root(root)) for run in result.runs]
@@ -88,7 +88,7 @@ def roofline(run: RunRef | Sequence[RunRef], device: str | None = None,
     `workbench analyze RUN [--device]` computes it: one row per (kind, name, dtype), columns
     `workbench.analysis.roofline.ROOFLINE_COLUMNS`. `device` (a built-in name such as "h100", "cpu", or an
     accelerator YAML) overrides the device the run recorded; a `WorkbenchError` when neither names one."""
-    from workbench.analysis.bottlenecks import run_roofline
+    from workbench.analysis.findings.bottlenecks import run_roofline
     from workbench.errors import WorkbenchError
 
     bundle = _one(run, root, "roofline")
@@ -107,7 +107,7 @@ def findings(run: RunRef | Sequence[RunRef], device: str | None = None,
     findings need device figures: the run's own, or `device`."""
     import pandas as pd
 
-    from workbench.analysis.bottlenecks import FINDING_COLUMNS, analyze_run
+    from workbench.analysis.findings.bottlenecks import FINDING_COLUMNS, analyze_run
 
     result = analyze_run(_one(run, root, "findings"), device)
     return pd.DataFrame(result["findings"], columns=list(FINDING_COLUMNS))
@@ -158,7 +158,7 @@ def show_diff(a: RunRef | Sequence[RunRef], b: RunRef | Sequence[RunRef], *, pha
               per_step: bool = False, root: str | Path | None = None) -> None:
     """Render the diff view of two runs: the status-coloured table, the largest time deltas and both timelines
     aligned on their first step (`workbench.views.diff.diff_view`)."""
-    from workbench.trace.records import display_name
+    from workbench.trace.store.records import display_name
     from workbench.views.diff import diff_view
 
     first, second = _one(a, root, "show_diff"), _one(b, root, "show_diff")
@@ -175,7 +175,7 @@ def sql(query: str, runs: RunRef | Sequence[RunRef] | None = None, *, limit: int
     column, read-only (`workbench.analysis.sql`, docs/sql.md). At most `limit` rows (default 1,000), stopped
     after `timeout_s` (default 30 s); a `QueryError` of one line otherwise."""
     from workbench.analysis import sql as queries
-    from workbench.trace.bundle import list_bundles
+    from workbench.trace.store.bundle import list_bundles
 
     bundles = list_bundles(traces_root(root)) if runs is None else _bundles(runs, root)
     result = queries.run_query(bundles, query, limit=limit or queries.DEFAULT_LIMIT,
@@ -264,7 +264,7 @@ def _trace(run: RunRef | Trace | Sequence[RunRef], root: str | Path | None, what
 
 def _bundles(runs: RunRef | Sequence[RunRef], root: str | Path | None) -> list[Bundle]:
     """Bundles from bundles, run ids, bundle paths or experiment ids."""
-    from workbench.trace.resolve import resolve_runs
+    from workbench.trace.store.resolve import resolve_runs
 
     items = [runs] if isinstance(runs, (str, Path, Bundle)) else list(runs)
     bundles: list[Bundle] = []

@@ -52,14 +52,14 @@ def _chosen_url(out: str | Path | None) -> str | None:
 
 def _url_root(url: str, origin: str, *, writing: bool) -> Path:
     """The folder to use for the URL traces root `url`: the local folder of a `file://` URL, else (reading) its
-    local mirror (`workbench.trace.mirror`); writing goes only through `workbench import --ranks`."""
+    local mirror (`workbench.trace.store.mirror`); writing goes only through `workbench import --ranks`."""
     where = location(url)
     if where.is_local:
         return checked_root(where.local_path, writing=writing)
     if writing:
         raise WorkbenchError(f"traces root {url} (from {origin}) is a URL: only `workbench import --ranks` writes "
                              "to one; give a folder here (and import its runs, or copy the bundles, afterwards)")
-    from workbench.trace.mirror import mirror_root
+    from workbench.trace.store.mirror import mirror_root
 
     return mirror_root(where)
 

@@ -2,8 +2,8 @@
 the per-rank work on an engine (`workbench.distributed`: this machine's process pool, or a Ray cluster).
 
 One path whatever the engine: workers decode the rank files and send back their `RankFacts`; the driver
-numbers the ranks and puts them on one time axis (`workbench.trace.multirank`); workers write each rank's
-bundle straight to the destination (`workbench.trace.destination`); the driver writes the experiment record
+numbers the ranks and puts them on one time axis (`workbench.trace.ranks.multirank`); workers write each rank's
+bundle straight to the destination (`workbench.trace.store.destination`); the driver writes the experiment record
 last. The driver holds facts and run.json texts, never traces (with the local engine the traces come back
 to this process, as they always have on one machine). A job whose files exceed `keep_budget` is decoded
 twice instead: for its facts, then by each rank's write, so memory holds a trace per worker, not the job.
@@ -27,12 +27,12 @@ from workbench.machine import available_memory
 from workbench.paths import checked_root
 from workbench.runner import NullProgress, Progress
 from workbench.storage import Location, location
-from workbench.trace.bundle import new_run_id
-from workbench.trace.destination import publishing
-from workbench.trace.multirank import RankFacts, assign_ranks, check_align, place_ranks, rank_sources
-from workbench.trace.rank_tasks import decode_rank, write_rank
-from workbench.trace.records import ExperimentRecord
+from workbench.trace.ranks.multirank import RankFacts, assign_ranks, check_align, place_ranks, rank_sources
+from workbench.trace.ranks.tasks import decode_rank, write_rank
 from workbench.trace.registry import sniff_format
+from workbench.trace.store.bundle import new_run_id
+from workbench.trace.store.destination import publishing
+from workbench.trace.store.records import ExperimentRecord
 
 READ_TASK = "read ranks"
 WRITE_TASK = "write ranks"

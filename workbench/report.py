@@ -11,8 +11,8 @@ from bokeh.embed import file_html
 from bokeh.models import LayoutDOM, TabPanel, Tabs
 from bokeh.resources import INLINE
 
-from workbench.trace.bundle import Bundle
-from workbench.trace.records import display_name
+from workbench.trace.store.bundle import Bundle
+from workbench.trace.store.records import display_name
 
 
 def report_layout(bundles: Sequence[Bundle]) -> LayoutDOM:

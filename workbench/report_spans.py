@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 from bokeh.models import CustomJS, LayoutDOM, Title
 
-from workbench.analysis.span_index import SpanIndex
-from workbench.analysis.spans import RunRef, open_run, window
+from workbench.analysis.spans.index import SpanIndex
+from workbench.analysis.spans.queries import RunRef, open_run, window
 from workbench.analysis.timeline import STEP_NAME
-from workbench.trace.bundle import Bundle
+from workbench.trace.store.bundle import Bundle
 from workbench.views.timeline import REMOTE, SPANS_SOURCE, TIMELINE_PLOT, WINDOWS
 
 REPORT_SPAN_BUDGET = 250_000

@@ -3,7 +3,7 @@ imported traces.
 
 `Runner.run()` goes prepare → benchmark → for each run: profile into a scratch folder → read → enrich →
 write its bundle → the experiment record. Bundles and record are written into one staging folder
-(`workbench.trace.staging`) and land in the traces root together, so this class is the one place that owns
+(`workbench.trace.store.staging`) and land in the traces root together, so this class is the one place that owns
 atomicity, scratch folders, a full disk and the record. Subclasses say what each step means for their runs:
 `new_runs`, `prepare`, `workload` (for the interleaved benchmark), `profiles` (whether a run is profiled),
 `profile_run`, `info` (the run's `RunInfo`), `bundle_files`, `record` (the `ExperimentRecord`, or None) and
@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from workbench.errors import DiskFullError, WorkbenchError, is_disk_full
 from workbench.trace import Trace
-from workbench.trace.bundle import write_bundle
-from workbench.trace.experiment import write_experiment
-from workbench.trace.records import ExperimentRecord, RunInfo
-from workbench.trace.scratch import make_scratch_dir, remove_entry
-from workbench.trace.staging import staged
+from workbench.trace.store.bundle import write_bundle
+from workbench.trace.store.experiment import write_experiment
+from workbench.trace.store.records import ExperimentRecord, RunInfo
+from workbench.trace.store.scratch import make_scratch_dir, remove_entry
+from workbench.trace.store.staging import staged
 
 if TYPE_CHECKING:  # the benchmark harness (torch) loads when a runner benchmarks, not with every runner: imports
     from workbench.backends.benchmark import LatencyStats, Workload

@@ -3,7 +3,7 @@
 A `Location` is what a URL or path names, small and picklable, so that the workers of a distributed import
 (`workbench.distributed`) are handed locations and read inputs and write bundles themselves: the driver never
 touches their bytes. A plain path and a `file://` URL are *local*: they keep the local file system's rename,
-which the traces root's atomicity rests on (`workbench.trace.staging`). Every other protocol is an *object
+which the traces root's atomicity rests on (`workbench.trace.store.staging`). Every other protocol is an *object
 store*: no rename, so a bundle written there becomes visible by its run.json, written last, and an import by
 its experiment record, written after all of them (docs/ARCHITECTURE.md, "Nothing half-kept").
 

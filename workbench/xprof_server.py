@@ -35,8 +35,8 @@ from pathlib import Path
 from types import FrameType, TracebackType
 
 from workbench.errors import BundleError, MissingDependency, WorkbenchError
-from workbench.trace.bundle import RAW_DIR, Bundle
-from workbench.trace.xspace import SUFFIX
+from workbench.trace.store.bundle import RAW_DIR, Bundle
+from workbench.trace.xspace.reader import SUFFIX
 
 LOOPBACK = "127.0.0.1"
 RUNS_ROUTE = "/data/plugin/profile/runs"

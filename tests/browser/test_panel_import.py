@@ -23,7 +23,7 @@ from test_lab_browser import (  # noqa: F401 (browser, lab, page: the fixtures o
 from test_lab_browser import pytestmark as lab_marks
 
 from workbench.trace import read_trace
-from workbench.trace.bundle import write_bundle
+from workbench.trace.store.bundle import write_bundle
 
 pytestmark = lab_marks  # slow; skipped without Chromium or the built labextension
 RESNET = ("kineto", "resnet50_v100_train.pt.trace.json.gz")

@@ -24,7 +24,7 @@ from test_lab_browser import (  # the same Lab server, browser and panel fixture
 )
 
 from workbench.trace import read_trace
-from workbench.trace.bundle import write_bundle
+from workbench.trace.store.bundle import write_bundle
 
 IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 RUN = "resnet50-gpu"
@@ -92,7 +92,8 @@ def test_zoom_click_search_on_a_gpu_trace(lab, page, gpu_run):
     start = last - (last - first) / 10
     requests: list[str] = []
     page.on("request", lambda r: requests.append(r.url) if "/spans?" in r.url else None)
-    evaluate(page, "plot.x_range.setv({start: arg[0], end: arg[1]}); return null", [start, last])
+    with page.expect_request(lambda r: "/spans?" in r.url, timeout=30_000):  # the view at connect may cover it
+        evaluate(page, "plot.x_range.setv({start: arg[0], end: arg[1]}); return null", [start, last])
     wait_for(page, """const d = spans.data, t = spans.tags;
 return t.length == 2 && t[0] <= arg[0] && t[1] >= arg[1] &&
   d.kind.some((k, i) => k == 'kernel' && d.left[i] >= arg[0] && d.name[i] && d.right[i] <= arg[1]);""",

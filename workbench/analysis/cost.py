@@ -21,8 +21,8 @@ import pandas as pd
 from workbench.analysis.fusion import kernel_units
 from workbench.analysis.roofline import event_work, roof_columns, run_device_spec
 from workbench.hardware.device import DTYPES, DeviceSpec
-from workbench.trace.bundle import Bundle
-from workbench.trace.records import display_name
+from workbench.trace.store.bundle import Bundle
+from workbench.trace.store.records import display_name
 
 COLUMNS = ("run", "variant", "basis", "device", "latency_ms", "items_per_s", "tokens_per_s", "price_per_hour",
            "usd_per_million_calls", "usd_per_million_items", "usd_per_million_tokens", "work_known")

@@ -13,9 +13,9 @@ from workbench.analysis.noise import latency_noise
 from workbench.analysis.steps import steps_in
 from workbench.analysis.sweep import is_sweep, run_shape
 from workbench.trace import Trace
-from workbench.trace.bundle import Bundle
-from workbench.trace.records import display_name, number, series_name
 from workbench.trace.schema import PHASE_MEASURE
+from workbench.trace.store.bundle import Bundle
+from workbench.trace.store.records import display_name, number, series_name
 
 
 def variant_table(bundles: Sequence[Bundle], reference: str = "eager") -> pd.DataFrame:

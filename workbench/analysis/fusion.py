@@ -3,7 +3,7 @@ time per profiled step, so `jax-jit` sits beside `jax-nofusion`, torch `eager` b
 TensorRT variants (whose engine inspector JSON says what each layer fused, `workbench.analysis.trt_fusion`)
 beside both in one table.
 
-HLO side (no jax; the text parsed by `workbench.trace.hlo_text`): `hlo_fusions` lists the fusion
+HLO side (no jax; the text parsed by `workbench.trace.formats.hlo_text`): `hlo_fusions` lists the fusion
 instructions of the computations that run (the entry and the while bodies / conditional branches / called
 computations below it) with the ops fused into each; `hlo_summary` counts fusions, unfused ops and kernels
 (launch units).
@@ -45,9 +45,16 @@ from workbench.analysis.trt_fusion import (
 )
 from workbench.errors import WorkbenchError
 from workbench.trace import Trace
-from workbench.trace.bundle import Bundle
-from workbench.trace.hlo_text import CONTROL_FLOW, PLUMBING, HloComputation, HloInstruction, HloModule, parse_hlo
-from workbench.trace.records import display_name
+from workbench.trace.formats.hlo_text import (
+    CONTROL_FLOW,
+    PLUMBING,
+    HloComputation,
+    HloInstruction,
+    HloModule,
+    parse_hlo,
+)
+from workbench.trace.store.bundle import Bundle
+from workbench.trace.store.records import display_name
 
 FUSED_NAME = re.compile(r"fused|triton_|Torch-Compiled Region|CompiledFxGraph", re.IGNORECASE)
 ELEMENTWISE_OPS = frozenset({

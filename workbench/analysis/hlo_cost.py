@@ -29,7 +29,7 @@ import pandas as pd
 import pyarrow as pa
 
 from workbench.trace import Trace
-from workbench.trace.hlo_text import PLUMBING, HloComputation, HloInstruction, HloModule, parse_hlo
+from workbench.trace.formats.hlo_text import PLUMBING, HloComputation, HloInstruction, HloModule, parse_hlo
 
 ELEMENT_BYTES = {
     "pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3fnuz": 1,

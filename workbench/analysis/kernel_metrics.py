@@ -9,7 +9,7 @@ compared by `name_key`, the function's own name: the tools spell the rest differ
 is ncu's `void at::<unnamed>::vectorized_layer_norm_kernel<float, float, 0>(int, T2, ...)`).
 
 `measured_work` turns the joined rows into the work the roofline takes from Nsight Compute: FLOPs from
-the SASS and tensor-pipe counters (`workbench.trace.ncu`), DRAM bytes read plus written, and ncu's own
+the SASS and tensor-pipe counters (`workbench.trace.formats.ncu`), DRAM bytes read plus written, and ncu's own
 kernel duration, measured in the same replay as the counters.
 """
 

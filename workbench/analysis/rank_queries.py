@@ -19,10 +19,10 @@ from workbench.analysis.ranks import RankAggregates, RankPartial, combine, rank_
 from workbench.distributed import Engine, Failure, LocalEngine
 from workbench.errors import BundleError, WorkbenchError
 from workbench.storage import Location, location
-from workbench.trace.bundle import EXPERIMENTS_DIR, RUN_JSON, TABLES, Bundle, is_valid_run_id, open_bundle
-from workbench.trace.mirror_bundle import remote_root
 from workbench.trace.model import Trace
-from workbench.trace.records import ExperimentRecord
+from workbench.trace.store.bundle import EXPERIMENTS_DIR, RUN_JSON, TABLES, Bundle, is_valid_run_id, open_bundle
+from workbench.trace.store.mirror_bundle import remote_root
+from workbench.trace.store.records import ExperimentRecord
 
 
 def bundle_trace(root: Location, run_id: str) -> Trace:
@@ -58,8 +58,8 @@ def experiment_record(root: Location, experiment_id: str) -> ExperimentRecord:
 def job_aggregates(root: str | os.PathLike[str] | Location, experiment_id: str, *, engine: Engine | None = None,
                    threshold: float = 0.10, mad_k: float = 2.0) -> RankAggregates:
     """The `RankAggregates` of the ranks the import `experiment_id` wrote, one task per rank on `engine` (the local
-    pool by default). `root` may be a URL, or the local mirror of one (`workbench.trace.mirror`: the ranks are then
-    read at the URL). A rank whose bundle cannot be read raises `BundleError` naming its run."""
+    pool by default). `root` may be a URL, or the local mirror of one (`workbench.trace.store.mirror`: the ranks are
+    then read at the URL). A rank whose bundle cannot be read raises `BundleError` naming its run."""
     root = location(root)
     if root.is_local:
         root = remote_root(root.local_path) or root
@@ -75,7 +75,7 @@ def bundles_aggregates(bundles: Sequence[Bundle], *, engine: Engine | None = Non
                        mad_k: float = 2.0) -> RankAggregates:
     """The `RankAggregates` of the bundles of a job's ranks (each with its rank), one task per rank on `engine`
     (this process by default: the report and the panel call it), reading each bundle where it lies: its traces
-    root, or the URL root a mirrored bundle comes from (`workbench.trace.mirror`), so no table is copied here."""
+    root, or the URL root a mirrored bundle comes from (`workbench.trace.store.mirror`), so no table is copied here."""
     calls = [(remote_root(bundle.path.parent) or location(bundle.path.parent), bundle.run_id, int(bundle.record.rank))
              for bundle in bundles]
     return _aggregates(calls, engine or LocalEngine(1), threshold, mad_k)

@@ -1,6 +1,6 @@
 """Multi-rank jobs: per-rank device time, collective time and its overlap with compute, stragglers.
 
-Input: the ranks of one job on one time axis (`workbench.trace.multirank.read_ranks`, or a mapping
+Input: the ranks of one job on one time axis (`workbench.trace.ranks.multirank.read_ranks`, or a mapping
 rank → Trace such as the bundles of a rank import). All times are ns, each sum over the rank's
 devices of per-device unions (work on several streams counts once):
 
@@ -41,7 +41,7 @@ import pandas as pd
 from workbench.analysis.idle import busy_by_device, covered_ns, merge_intervals, names_where
 from workbench.analysis.steps import step_windows
 from workbench.trace import Trace
-from workbench.trace.multirank import COLLECTIVE_KERNEL, COLLECTIVE_OP, RankTrace
+from workbench.trace.ranks.multirank import COLLECTIVE_KERNEL, COLLECTIVE_OP, RankTrace
 
 RANK_COLUMNS = ("rank", "devices", "steps", "median_step_ns", "busy_ns", "idle_ns", "kernel_ns", "compute_ns",
                 "collective_ns", "overlap_ns", "exposed_collective_ns", "overlap_frac", "host_collective_ns",

@@ -7,7 +7,7 @@ of precedence (the `source` column names it: "ncu", "trace", "xla", "shapes"):
    `workbench.analysis.kernel_metrics.measured_work`) takes its FLOPs from the SASS counters, as
    Nsight Compute's roofline sections count them: `fadd + fmul + 2 * ffma` for fp32 (`d…` for fp64,
    `h…` for fp16) plus the tensor pipe's work (`sm__ops_path_tensor_src_*`, else 512 ×
-   `sm__inst_executed_pipe_tensor`; see `workbench.trace.ncu`), and its bytes from DRAM
+   `sm__inst_executed_pipe_tensor`; see `workbench.trace.formats.ncu`), and its bytes from DRAM
    (`dram__bytes_read.sum + dram__bytes_write.sum`). Without a tensor counter the FLOP count misses MMA
    work and is only a lower bound: a larger count from the sources below wins then. The kernel's dtype,
    when the trace says none, is the precision with the most FLOPs;
@@ -57,8 +57,8 @@ from workbench.analysis.kernel_metrics import measured_work
 from workbench.analysis.op_cost import event_costs
 from workbench.hardware.device import DeviceSpec
 from workbench.trace import Trace
-from workbench.trace.records import RunInfo, as_run_info
 from workbench.trace.schema import PHASE_MEASURE
+from workbench.trace.store.records import RunInfo, as_run_info
 
 LATENCY_NS = 5_000.0
 """Default mean call duration below which an op or kernel counts as latency-bound (about one kernel
@@ -214,7 +214,7 @@ def roofline(trace: Trace, device: DeviceSpec, *, kinds: Sequence[str] = ("op", 
     Only events starting inside the `phase` annotation count (the whole trace when it is None or the
     trace has no such annotation). `default_dtype` is assumed where no dtype is known (HLO ops);
     `peak_dtypes` maps a dtype to the one whose peak applies, e.g. `{"fp32": "tf32"}` when TF32 matmuls
-    were enabled. `kernel_metrics` is the run's Nsight Compute table (`workbench.trace.ncu`): the kernels it
+    were enabled. `kernel_metrics` is the run's Nsight Compute table (`workbench.trace.formats.ncu`): the kernels it
     profiled take their work and rate durations from it. Work and rates cover the `known_calls` whose work
     is known; intensity is FLOP/byte and NaN unless both are known. `source` names where the FLOPs and
     bytes of the calls came from. Sorted by time, longest first. See the module docstring for the sources,

@@ -54,7 +54,7 @@ from workbench.analysis.noise import latency_noise
 from workbench.analysis.sql_limits import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, MAX_LIMIT
 from workbench.analysis.summary import run_row
 from workbench.errors import WorkbenchError
-from workbench.trace.bundle import OPTIONAL_TABLES, TABLES, Bundle, json_safe
+from workbench.trace.store.bundle import OPTIONAL_TABLES, TABLES, Bundle, json_safe
 
 if TYPE_CHECKING:
     import duckdb

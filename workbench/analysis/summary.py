@@ -8,9 +8,9 @@ from typing import Any
 
 from workbench.analysis.breakdown import kernel_time_by_device, kind_counts, memory_peaks, op_table, phase_window
 from workbench.analysis.noise import latency_noise
-from workbench.trace.bundle import Bundle
-from workbench.trace.records import RunInfo, as_run_info
 from workbench.trace.schema import PHASE_MEASURE
+from workbench.trace.store.bundle import Bundle
+from workbench.trace.store.records import RunInfo, as_run_info
 
 LATENCY_KEYS = ("p50", "p90", "p99", "mean", "std", "min", "max")
 

@@ -2,7 +2,7 @@
 sweep over batch, prompt and new tokens), as curves per variant.
 
 `sweep_table` is the long table every other function here reads: one row per run with its series (the variant
-without the sizes it ran at, `workbench.trace.records.series_name`), shape, latency, throughput, peak memory and
+without the sizes it ran at, `workbench.trace.store.records.series_name`), shape, latency, throughput, peak memory and
 speedup over the reference at the same shape. `crossovers` finds the batch sizes where one variant starts to beat
 another, `pareto` the runs that no other beats on both latency and throughput. Each works within a slice of equal
 sequence length (and new tokens), since the work per item differs between slices.
@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from workbench.analysis.breakdown import memory_peaks
-from workbench.trace.bundle import Bundle
-from workbench.trace.records import RunInfo, display_name, number, series_name
+from workbench.trace.store.bundle import Bundle
+from workbench.trace.store.records import RunInfo, display_name, number, series_name
 
 SWEEP_COLUMNS = ("series", "label", "run", "status", "batch", "seq", "new", "p50_ms", "p99_ms", "items_per_s",
                  "tokens_per_s", "peak_bytes", "speedup")

@@ -17,7 +17,7 @@ whose parser reads the same files, and the TensorRT 10→11 migration guide):
   (TensorRT 10 expands Myelin regions into `kgen` / `gemm` layers named `__myl_...` and names their ONNX
   nodes only there). When present it is preferred to the name.
 
-A run's IProfiler `layer` events (`workbench.trace.trt_layers`) add time: `layer_executions` sums them per
+A run's IProfiler `layer` events (`workbench.trace.formats.trt_layers`) add time: `layer_executions` sums them per
 engine execution and `trt_layer_table` joins each layer's median time onto the fusion table.
 
 Pure functions: no TensorRT needed, so bundles captured on a GPU machine are analysed anywhere.

@@ -32,8 +32,8 @@ COST_COLUMNS = ("variant", "basis", "device", "ms/call", "items/s", "$/h", "$/M 
 def analyze(run: str, device: str | None, top: int, out_dir: str | None, as_json: bool) -> None:
     """Where the time goes and what bounds it: ranked findings with evidence and next steps, device
     idle time, and the roofline of ops and kernels (the steady state of a capture)."""
-    from workbench.analysis.bottlenecks import analyze_run
-    from workbench.trace.bundle import open_bundle
+    from workbench.analysis.findings.bottlenecks import analyze_run
+    from workbench.trace.store.bundle import open_bundle
 
     with errors():
         bundle = open_bundle(run, checked_root(out_dir, writing=False))
@@ -85,7 +85,7 @@ def cost(runs: tuple[str, ...], devices: tuple[str, ...], price: float | None, o
     projected onto others from the roofline (projections are optimistic: perfect kernels, no overhead)."""
     from workbench.analysis.cost import cost_table
     from workbench.hardware import resolve_device_spec
-    from workbench.trace.resolve import resolve_runs
+    from workbench.trace.store.resolve import resolve_runs
 
     with errors():
         targets = [resolve_device_spec(device) for device in devices]

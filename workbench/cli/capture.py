@@ -132,7 +132,7 @@ def capture_table(experiment_id: str, runs: list[dict[str, Any]]) -> TextTable:
 def _noise(run: dict[str, Any]) -> str | None:
     """Why a captured run's latency samples are noisy (`workbench.analysis.noise`), read from its bundle."""
     from workbench.analysis.summary import noise_reason
-    from workbench.trace.bundle import load_record
+    from workbench.trace.store.bundle import load_record
 
     try:
         return noise_reason(load_record(Path(run["path"]) / "run.json", f"run {run['run_id']!r}").get("benchmark"))
@@ -150,7 +150,7 @@ def finish_sweep(experiment_id: str, root: Path, runs: list[dict[str, Any]], tab
     written = None
     if report_path is not None:
         from workbench.report import report_layout, write_report
-        from workbench.trace.resolve import resolve_runs
+        from workbench.trace.store.resolve import resolve_runs
 
         with errors(), err.status("building the report", spinner="dots"):
             layout = report_layout(resolve_runs([experiment_id], root))
@@ -176,9 +176,9 @@ SWEEP_COLUMNS = ("variant", "batch", "seq", "new", "p50 ms", "p99 ms", "items/s"
 def _sweep(experiment_id: str, root: Path) -> dict[str, Any] | None:
     """The sweep summary (`workbench.analysis.sweep.sweep_summary`) of the experiment, None when it is no sweep."""
     from workbench.analysis.sweep import is_sweep, sweep_summary
-    from workbench.trace.experiment import read_experiment
-    from workbench.trace.records import GENERATION, ExperimentRecord
-    from workbench.trace.resolve import resolve_runs
+    from workbench.trace.store.experiment import read_experiment
+    from workbench.trace.store.records import GENERATION, ExperimentRecord
+    from workbench.trace.store.resolve import resolve_runs
 
     with errors():
         bundles = resolve_runs([experiment_id], root)

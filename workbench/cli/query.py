@@ -29,8 +29,8 @@ def query(runs: tuple[str, ...], sql: str, all_runs: bool, limit: int, timeout_s
     events, memory, counters, kernel_metrics (where present) and runs, each with a `run` column (docs/sql.md)."""
     from workbench.analysis.sql import run_query
     from workbench.paths import checked_root
-    from workbench.trace.bundle import list_bundles
-    from workbench.trace.resolve import resolve_runs
+    from workbench.trace.store.bundle import list_bundles
+    from workbench.trace.store.resolve import resolve_runs
 
     if all_runs == bool(runs):
         raise click.UsageError("name the runs to query, or --all (not both)")

@@ -58,7 +58,7 @@ def aggregates_json(experiment: str, aggregates: RankAggregates) -> dict[str, An
     """What `--json` prints: the experiment id, one object per rank (`RANK_COLUMNS`), the spread of every step
     over the ranks (`SPREAD_COLUMNS`) and the straggler ranks; plain JSON values, NaN as null."""
     from workbench.analysis.ranks import RANK_COLUMNS, SPREAD_COLUMNS
-    from workbench.trace.bundle import json_safe
+    from workbench.trace.store.bundle import json_safe
 
     table = aggregates.table
     return json_safe({"experiment": experiment,
@@ -74,7 +74,7 @@ def _stragglers(aggregates: RankAggregates) -> list[int]:
 
 def _ms(ns: Any) -> float | None:
     """A duration in ns as ms for a table; None (shown "-") when unknown."""
-    from workbench.analysis.finding import number_or_none
+    from workbench.analysis.findings.finding import number_or_none
 
     value = number_or_none(ns)
     return None if value is None else value / 1e6
@@ -82,7 +82,7 @@ def _ms(ns: Any) -> float | None:
 
 def _percent(fraction: Any, sign: str = "") -> str:
     """A fraction as a percentage for a table (`sign` "+" to show it); "-" when unknown."""
-    from workbench.analysis.finding import number_or_none
+    from workbench.analysis.findings.finding import number_or_none
 
     value = number_or_none(fraction)
     return "-" if value is None else f"{value:{sign}.1%}"

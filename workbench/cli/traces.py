@@ -107,7 +107,7 @@ def _import_ranks(files: tuple[Path, ...], folder: str, align: str, cluster: str
 def _print_warnings(run_ids: list[str], root: Path) -> None:
     """The trace reader's warnings about each imported run (an empty trace...), on stderr."""
     from workbench.analysis.summary import reader_warnings
-    from workbench.trace.bundle import open_bundle
+    from workbench.trace.store.bundle import open_bundle
 
     for run_id in run_ids:
         for warning in reader_warnings(open_bundle(run_id, root).info):
@@ -120,8 +120,8 @@ def _print_warnings(run_ids: list[str], root: Path) -> None:
 def ls(out_dir: str | None, as_json: bool) -> None:
     """List the runs under the traces root, oldest first."""
     from workbench.analysis.summary import run_row
-    from workbench.trace.bundle import list_bundles
-    from workbench.trace.mirror_bundle import shown_root
+    from workbench.trace.store.bundle import list_bundles
+    from workbench.trace.store.mirror_bundle import shown_root
 
     problems: list[str] = []
     with errors():
@@ -147,7 +147,7 @@ def ls(out_dir: str | None, as_json: bool) -> None:
 def show(run: str, top: int, out_dir: str | None, as_json: bool) -> None:
     """Summary of one run (id under the traces root, or a bundle's path)."""
     from workbench.analysis.summary import run_summary
-    from workbench.trace.bundle import open_bundle
+    from workbench.trace.store.bundle import open_bundle
 
     with errors():
         summary = run_summary(open_bundle(run, checked_root(out_dir, writing=False)), top=top)
@@ -213,7 +213,7 @@ def _print_summary(s: dict[str, Any]) -> None:
 def report(refs: tuple[str, ...], output: Path | None, out_dir: str | None) -> None:
     """Write a self-contained HTML report of runs or experiments (opens offline, no workbench needed)."""
     from workbench.report import report_layout, write_report
-    from workbench.trace.resolve import resolve_runs
+    from workbench.trace.store.resolve import resolve_runs
 
     with errors():
         root = checked_root(out_dir, writing=False)
@@ -229,8 +229,8 @@ def report(refs: tuple[str, ...], output: Path | None, out_dir: str | None) -> N
 @out_option
 def rm(runs: tuple[str, ...], out_dir: str | None) -> None:
     """Delete runs (ids under the traces root, or bundle paths)."""
-    from workbench.trace.bundle import delete_bundle
-    from workbench.trace.staging import sweep
+    from workbench.trace.store.bundle import delete_bundle
+    from workbench.trace.store.staging import sweep
 
     with errors():
         root = checked_root(out_dir, writing=True)

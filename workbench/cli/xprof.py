@@ -24,7 +24,7 @@ def xprof(run: str, port: int, no_browser: bool, out_dir: str | None) -> None:
     """Serve XProf's own UI on a JAX run (id or bundle path), on 127.0.0.1, until Ctrl-C."""
     import webbrowser
 
-    from workbench.trace.bundle import open_bundle
+    from workbench.trace.store.bundle import open_bundle
     from workbench.xprof_server import serve_bundle
 
     with errors():

@@ -54,7 +54,7 @@ class LocalEngine:
 
     def map(self, fn: Callable[..., Any], calls: Calls, *, keep: bool = False,
             on_done: Callable[[], None] | None = None) -> list[Any]:
-        from workbench.trace.jsonstream import can_fork
+        from workbench.trace.kineto.jsonstream import can_fork
 
         done = on_done or (lambda: None)
         held = any(map(_holds, calls))

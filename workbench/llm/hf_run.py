@@ -45,9 +45,9 @@ from workbench.models import LoadedModel, load_model
 from workbench.paths import checked_root
 from workbench.profiling import phase
 from workbench.runner import NullProgress, Progress
-from workbench.trace.bundle import new_run_id
-from workbench.trace.records import RunInfo
 from workbench.trace.schema import PHASE_LOAD
+from workbench.trace.store.bundle import new_run_id
+from workbench.trace.store.records import RunInfo
 
 REFERENCE_CACHE = "dynamic"
 """The cache a quantized cache's numerics are compared with."""

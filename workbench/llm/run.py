@@ -48,9 +48,9 @@ from workbench.profiling import ProfileSettings, attach_flops, environment, phas
 from workbench.profiling.session import SessionContext, open_session
 from workbench.runner import BundleFiles, ExperimentResult, NullProgress, Progress, RunFailure, Runner
 from workbench.trace import Trace, read_trace
-from workbench.trace.bundle import new_run_id, utc_now
-from workbench.trace.records import GENERATION, ExperimentRecord, RunInfo
 from workbench.trace.schema import PHASE_LOAD, PHASE_MEASURE
+from workbench.trace.store.bundle import new_run_id, utc_now
+from workbench.trace.store.records import GENERATION, ExperimentRecord, RunInfo
 
 GREEDY, SPECULATIVE = "greedy", "speculative"
 SWEPT = ("batch", "prompt", "new")
@@ -220,7 +220,7 @@ def run_generation(settings: GenerateSettings | None = None, root: str | Path | 
     """Run the sweep `settings` describes and write one bundle per run plus the experiment record under
     `root` (see `workbench.paths.traces_root`). Bad settings raise WorkbenchError before anything is
     written; a run that fails is written as a failed bundle and the others go on. Bundles and record
-    appear in the root together when the sweep ends, or not at all (`workbench.trace.staging`)."""
+    appear in the root together when the sweep ends, or not at all (`workbench.trace.store.staging`)."""
     settings = settings or GenerateSettings()
     root = checked_root(root, writing=True)
     device = resolve_device(settings.device)

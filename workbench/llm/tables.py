@@ -13,9 +13,9 @@ import pandas as pd
 
 from workbench.analysis.breakdown import phase_window
 from workbench.trace import Trace
-from workbench.trace.bundle import Bundle
-from workbench.trace.records import RunInfo, display_name, number
 from workbench.trace.schema import PHASE_MEASURE
+from workbench.trace.store.bundle import Bundle
+from workbench.trace.store.records import RunInfo, display_name, number
 
 STEP_LABEL = re.compile(r"^(prefill|decode (\d+)|draft|verify)$")
 """Labels of a generation's steps (`workbench.llm.generate`, `workbench.llm.speculative`)."""

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from workbench.errors import WorkbenchError
+from workbench.errors import MissingDependency, WorkbenchError
 from workbench.models.loaded import LoadedModel
 from workbench.models.seeding import input_generator
 
@@ -81,12 +81,26 @@ def parse_shape(name: str, value: Any) -> list[int]:
     return dims
 
 
+def load_onnx(path: str | Path) -> Any:
+    """The ONNX ModelProto at `path` (weights left in external files, if any); WorkbenchError naming
+    the file when it is missing or not ONNX."""
+    try:
+        import onnx
+    except ImportError as exc:
+        raise MissingDependency("onnx", "onnx") from exc
+    path = Path(path)
+    if not path.is_file():
+        raise WorkbenchError(f"{path}: no such ONNX file")
+    try:
+        return onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # onnx raises DecodeError / RuntimeError variants by version
+        raise WorkbenchError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
+
+
 def _read(path: Path) -> Any:
     """The ModelProto (weights left in external files); WorkbenchError naming the file when it is no ONNX
     model with a graph."""
-    from workbench.backends.tensorrt.onnx_graph import load_model
-
-    model = load_model(path)
+    model = load_onnx(path)
     initializers = {init.name for init in model.graph.initializer}
     if not model.graph.node or not [i for i in model.graph.input if i.name not in initializers]:
         raise WorkbenchError(f"{path}: not an ONNX model with a graph (no nodes or no inputs)")

@@ -1,4 +1,4 @@
-"""The child process a tool launches: one variant's profiled lifecycle, run from a spec file.
+"""The child process a tool launches, from the launching side: its spec file, command, environment and result.
 
 CUPTI serves one profiler per process: torch.profiler (Kineto) and jax.profiler (XProf) cannot trace
 while Nsight does. So an Nsight run happens in a child process the tool launches:
@@ -18,16 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import WorkbenchError
-from workbench.profiling.settings import ProfileSettings
 from workbench.profiling.tools import tail
 
 CHILD_COMMAND = "_profile-variant"
-"""The hidden CLI command a tool launches: one variant's profiled lifecycle (see `run_child`)."""
+"""The hidden CLI command a tool launches: one variant's profiled lifecycle (see `workbench.profiling.child_run`)."""
 RESULT_JSON = "result.json"
 
 
 def child_command(spec_path: str | Path, python: str | None = None) -> list[str]:
-    """The command of the child process that runs one variant for a tool (see `run_child`)."""
+    """The command of the child process that runs one variant for a tool (see `workbench.profiling.child_run`)."""
     return [python or sys.executable, "-m", "workbench", CHILD_COMMAND, str(spec_path)]
 
 
@@ -72,34 +71,6 @@ class ChildSpec:
             return cls(**data)
         except (OSError, json.JSONDecodeError, TypeError) as exc:
             raise WorkbenchError(f"{path}: not a profile-variant spec: {exc}") from exc
-
-
-def run_child(spec_path: str | Path) -> Path:
-    """In the child process: run the spec's variant through its profiled lifecycle and write
-    `result.json` (phase timings, notes, the CUDA memory snapshot's path); returns that file."""
-    import torch
-
-    from workbench.backends import get_variant
-    from workbench.models import load_model
-    from workbench.profiling.lifecycle import profile_variant
-    from workbench.trace.bundle import json_safe
-
-    spec = ChildSpec.read(Path(spec_path))
-    if spec.threads is not None:
-        torch.set_num_threads(spec.threads)
-    out = Path(spec.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    loaded = load_model(spec.model, **spec.model_overrides)
-    inputs = loaded.make_inputs(spec.batch, spec.seq)
-    variant = get_variant(spec.variant, spec.batch, spec.device)
-    profiled = profile_variant(variant, loaded, inputs, out, ProfileSettings(**spec.settings),
-                               profiler=spec.profiler)
-    snapshot = profiled.memory_snapshot
-    result = {"variant": variant.name, "phases_ms": profiled.phases_ms, "notes": profiled.notes,
-              "memory_snapshot": str(snapshot) if snapshot else None}
-    path = out / RESULT_JSON
-    path.write_text(json.dumps(json_safe(result), indent=2), encoding="utf-8")
-    return path
 
 
 def child_result(out: Path, log: Path) -> dict[str, Any]:

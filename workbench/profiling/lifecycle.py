@@ -9,7 +9,7 @@ recorded by a profiler session (`workbench.profiling.session`): the backend's fr
 profiler names (`cuda-range`, which only brackets the measured iterations). With `record_setup` the
 session is already running during `load` and `compile`, so quantization and compilation work is in the
 trace too. A backend that records the CUDA caching allocator's history (torch) does so on CUDA with
-`profile_memory` and leaves its snapshot beside the trace (see `workbench.trace.cuda_snapshot`).
+`profile_memory` and leaves its snapshot beside the trace (see `workbench.trace.formats.cuda_snapshot`).
 
 A backend's `after_profile` phase (TensorRT's per-layer IProfiler runs) comes after the framework session
 has closed, never inside `measure`, and adds what it recorded to the `ProfiledRun`.
@@ -21,7 +21,7 @@ import pickle
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,12 +29,14 @@ from workbench.backends import Prepared, Variant, get_backend, prepare
 from workbench.backends.devices import parse_device
 from workbench.models import LoadedModel
 from workbench.profiling.phases import phase
-from workbench.profiling.registry import FRAMEWORK, get_profiler
 from workbench.profiling.result import ProfiledRun
 from workbench.profiling.session import SessionContext, open_session
 from workbench.profiling.settings import ProfileSettings
-from workbench.trace.cuda_snapshot import SNAPSHOT_SUFFIX
+from workbench.trace.formats.cuda_snapshot import SNAPSHOT_SUFFIX
 from workbench.trace.schema import PHASE_COMPILE, PHASE_LOAD, PHASE_MEASURE, PHASE_WARMUP, step_label
+
+if TYPE_CHECKING:
+    from workbench.profiling.registry import ProfilerSpec
 
 MEMORY_HISTORY_ENTRIES = 200_000
 """Most allocator events a CUDA memory history keeps (a ring buffer: the latest ones survive)."""
@@ -70,21 +72,23 @@ def profile_variant(
     settings: ProfileSettings | None = None,
     on_progress: Callable[[], None] | None = None,
     *,
-    profiler: str = FRAMEWORK,
+    tool: ProfilerSpec | None = None,
 ) -> ProfiledRun:
     """Prepare `variant` afresh (with compiler kernels named in traces) and run its labelled lifecycle under
     a profiler session writing into `out_dir`. `on_progress` is called after each setup phase and each
-    iteration. `profiler` is the profiler this process runs under: the framework's (default), or the
-    external tool that launched this process, whose in-child session then records (module docstring)."""
+    iteration. `tool` is the external profiler that launched this process, whose in-child session then records
+    (module docstring); None (the default): the framework's own session, in this process."""
     settings = settings or ProfileSettings()
     tick = on_progress or _nothing
     timings: dict[str, float] = {}
-    spec, tool = get_backend(variant.backend), get_profiler(profiler)
+    spec = get_backend(variant.backend)
     device_type = parse_device(variant.device).type
-    context = SessionContext(device_type, emit_nvtx=tool.records_nvtx and spec.emits_nvtx)
-    session = open_session(tool.child_session or spec.framework_profiler, out_dir, variant.name, settings, context)
+    context = SessionContext(device_type, emit_nvtx=tool is not None and tool.records_nvtx and spec.emits_nvtx)
+    in_child = tool.child_session if tool is not None else None
+    session = open_session(in_child or spec.framework_profiler, out_dir, variant.name, settings, context)
     snapshot = None
-    if settings.profile_memory and tool.memory_history and spec.cuda_memory_history and device_type == "cuda":
+    keeps_history = tool is None or tool.memory_history
+    if settings.profile_memory and keeps_history and spec.cuda_memory_history and device_type == "cuda":
         snapshot = Path(out_dir) / f"{variant.name}{SNAPSHOT_SUFFIX}"
     with ExitStack() as stack:
         if snapshot is not None:
@@ -113,7 +117,7 @@ def profile_variant(
     raw = (*session.raw_paths, snapshot) if snapshot is not None else session.raw_paths
     run = ProfiledRun(session.trace_path, session.op_flops, timings, dict(prepared.notes), raw,
                       dict(getattr(prepared, "artifacts", {})), snapshot)
-    if spec.after_profile is not None and tool.framework_trace:
+    if spec.after_profile is not None and (tool is None or tool.framework_trace):
         run = spec.after_profile(prepared, placed, run, Path(out_dir), settings.active_steps, timings)
     return run
 

@@ -2,7 +2,7 @@
 
 `ncu --profile-from-start off --metrics ... [--kernel-name K] --launch-count N` profiles the first N
 matching kernel launches of the measured region into a `.ncu-rep`; `ncu --import --csv --page raw`
-exports the per-launch metrics that `workbench.trace.ncu` reads into the `kernel_metrics` table.
+exports the per-launch metrics that `workbench.trace.formats.ncu` reads into the `kernel_metrics` table.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def ncu_command(ncu: str, output: str | Path, app: Sequence[str], *, kernel_name
     `kernel_name` is ncu's filter: an exact function name, or `regex:<expression>`; `launch_count` caps
     the launches profiled; `metrics` default to what `kernel_metrics` derives its columns from.
     """
-    from workbench.trace.ncu import METRICS
+    from workbench.trace.formats.ncu import METRICS
 
     if isinstance(launch_count, bool) or not isinstance(launch_count, int) or launch_count < 1:
         raise WorkbenchError(f"--launch-count must be an integer >= 1, got {launch_count!r}")
@@ -78,7 +78,7 @@ def profile_with_ncu(spec: ChildSpec, folder: str | Path, *, kernel_name: str | 
     """Run the spec's variant in a child process under `ncu` (the first `launch_count` launches of the
     measured region matching `kernel_name`), export the report's raw page and read it into
     `kernel_metrics`. Outputs go to `folder`."""
-    from workbench.trace.ncu import read_ncu_csv
+    from workbench.trace.formats.ncu import read_ncu_csv
 
     ncu = ncu or find_tool("ncu")
     folder = Path(folder)

@@ -1,7 +1,7 @@
 """Nsight Systems (`nsys`): a variant's profiled run in a child process under `nsys profile`.
 
 `nsys profile -t cuda,nvtx,osrt,cublas,cudnn --capture-range=cudaProfilerApi ...` records the measured
-region; `nsys export --type=sqlite` turns the `.nsys-rep` into the SQLite that `workbench.trace.nsys`
+region; `nsys export --type=sqlite` turns the `.nsys-rep` into the SQLite that `workbench.trace.nsys.reader`
 reads as the run's trace. Report, SQLite and log go to the bundle's raw/. The commands are built by pure
 functions, so they are tested without the tool.
 """
@@ -47,7 +47,7 @@ def nsys_command(nsys: str, output: str | Path, app: Sequence[str], *, trace: Se
 
 
 def nsys_export_command(nsys: str, report: str | Path, sqlite: str | Path) -> list[str]:
-    """`nsys export` of a report into an SQLite database (the format `workbench.trace.nsys` reads)."""
+    """`nsys export` of a report into an SQLite database (the format `workbench.trace.nsys.reader` reads)."""
     return [nsys, "export", "--type=sqlite", f"--output={sqlite}", "--force-overwrite=true", str(report)]
 
 

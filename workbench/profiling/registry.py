@@ -132,8 +132,5 @@ def check_profiler(name: str, device: str, profile: bool = True) -> None:
     find_tool(spec.tool)
     if not profile:
         raise WorkbenchError(f"--profiler {name} profiles the variants: it cannot be combined with --no-profile")
-    if spec.needs_cuda:
-        from workbench.backends.devices import parse_device
-
-        if parse_device(device).type != "cuda":
-            raise WorkbenchError(f"--profiler {name} profiles CUDA work: run with --device cuda (got {device!r})")
+    if spec.needs_cuda and device.partition(":")[0] != "cuda":  # the type of a device name (torch's cuda[:N])
+        raise WorkbenchError(f"--profiler {name} profiles CUDA work: run with --device cuda (got {device!r})")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.trace.trt_layers import LayerTimes
+from workbench.trace.formats.trt_layers import LayerTimes
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import MissingDependency, TraceFormatError, WorkbenchError
-from workbench.trace.xspace import SUFFIX, looks_like_xspace
+from workbench.trace.xspace.reader import SUFFIX, looks_like_xspace
 
 DEFAULT_TOOLS: tuple[str, ...] = (
     "trace_viewer", "overview_page", "op_profile", "hlo_stats", "roofline_model", "framework_op_stats",

@@ -15,7 +15,7 @@ callable of its module with the request's overrides as keyword arguments, and an
 unpickled, so either is code the admin must trust (see `model_policy`).
 
 A URL traces root (`s3://`, `gs://`..., as the CLI takes them) is read through its local mirror
-(`workbench.trace.mirror`), refreshed by the panel's listings; the panel cannot write there (see `state`).
+(`workbench.trace.store.mirror`), refreshed by the panel's listings; the panel cannot write there (see `state`).
 
 BokehJS is served from the installed bokeh package under `<base_url>/workbench/static/bokeh/`
 (e.g. `js/bokeh.min.js`), behind the server's authentication, so the JavaScript always matches the
@@ -40,8 +40,8 @@ from workbench.server.model_policy import ModelPolicy
 from workbench.server.span_handlers import span_handlers
 from workbench.server.state import ServerState
 from workbench.storage import is_url, location
-from workbench.trace.mirror import mirror_folder, mirror_root
-from workbench.trace.mirror_bundle import remote_root
+from workbench.trace.store.mirror import mirror_folder, mirror_root
+from workbench.trace.store.mirror_bundle import remote_root
 
 
 class WorkbenchServerApp(ExtensionApp):

@@ -89,7 +89,7 @@ def capture_fields() -> tuple[CaptureField, ...]:
 def with_choices(fields: Sequence[CaptureField]) -> list[CaptureField]:
     """`fields` with the registries' names as choices: variants for `variants`, profilers for `profiler`."""
     from workbench.backends import list_variants
-    from workbench.profiling import profilers
+    from workbench.profiling.registry import profilers
 
     registered = {"variants": tuple(list_variants()), "profiler": tuple(profilers())}
     return [dataclasses.replace(f, choices=registered[f.key]) if f.key in registered else f for f in fields]
@@ -102,7 +102,7 @@ def capture_options() -> dict[str, Any]:
     `builtin_models`: the built-ins alone), for a client to build its capture form from."""
     from workbench.backends import available_devices, get_variant, list_variants
     from workbench.models.registry import list_models, model_choices
-    from workbench.profiling import get_profiler, profilers
+    from workbench.profiling.registry import get_profiler, profilers
 
     variants = [get_variant(name) for name in list_variants()]
     return {

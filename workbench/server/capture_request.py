@@ -99,7 +99,7 @@ def _check_settings(values: Mapping[str, Any]) -> None:
     settings' own checks, the profiler (its tool, the device it needs), each variant's name and the device's."""
     from workbench.backends import get_variant
     from workbench.experiment import ExperimentSettings
-    from workbench.profiling import check_profiler
+    from workbench.profiling.registry import check_profiler
     from workbench.profiling.settings import ProfileSettings
 
     top: dict[str, Any] = {}

@@ -54,7 +54,7 @@ from workbench.server.jobs import Job, QueueFull
 from workbench.server.model_policy import ModelRefused
 from workbench.server.redact import Redactor
 from workbench.server.state import MirrorUnavailable, RootEscaped, RootReadOnly, RootRefused, ServerState
-from workbench.trace.bundle import (
+from workbench.trace.store.bundle import (
     Bundle,
     delete_bundle,
     is_valid_run_id,
@@ -63,8 +63,8 @@ from workbench.trace.bundle import (
     open_bundle,
     resolve_inside,
 )
-from workbench.trace.experiment import list_experiments
-from workbench.trace.mirror_bundle import remote_bundle
+from workbench.trace.store.experiment import list_experiments
+from workbench.trace.store.mirror_bundle import remote_bundle
 
 T = TypeVar("T")
 

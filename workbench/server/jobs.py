@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from workbench.errors import EXIT_INTERRUPTED, EXIT_PARTIAL, WorkbenchError
-from workbench.trace.bundle import utc_now
+from workbench.trace.store.bundle import utc_now
 
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 FINISHED: tuple[JobStatus, ...] = ("succeeded", "failed", "cancelled")

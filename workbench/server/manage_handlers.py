@@ -38,8 +38,8 @@ from workbench.errors import is_disk_full
 from workbench.server.handlers import ApiError, WorkbenchHandler
 from workbench.server.jobs import QueueFull
 from workbench.server.state import ServerState
-from workbench.trace.bundle import EXPERIMENTS_DIR, RUN_JSON, json_safe, list_bundles
-from workbench.trace.scratch import make_scratch_dir, remove_entry
+from workbench.trace.store.bundle import EXPERIMENTS_DIR, RUN_JSON, json_safe, list_bundles
+from workbench.trace.store.scratch import make_scratch_dir, remove_entry
 
 MAX_UPLOAD_BYTES = 2 << 30
 """Default limit on one uploaded trace (2 GiB); the server's `max_upload_mb` setting changes it."""

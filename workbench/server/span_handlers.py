@@ -7,8 +7,8 @@
     GET runs/<id>/aggregate?start_ns=&end_ns=[&limit=]            count, total and self time per name in a range
     GET runs/<id>/events/<row>                                    one event's fields, launcher and launches
 
-They send `workbench.analysis.spans`'s dicts as JSON (the notebook calls the same functions) and answer from
-the run's open index (`workbench.analysis.span_index.RUNS`). Like every API route they are authenticated,
+They send `workbench.analysis.spans.queries`'s dicts as JSON (the notebook calls the same functions) and answer from
+the run's open index (`workbench.analysis.spans.index.RUNS`). Like every API route they are authenticated,
 resolve run ids inside the traces root only (`WorkbenchHandler.open_run`) and run in a worker thread; a
 missing or malformed parameter is a 400 naming it and its range.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 import tornado.web
 
-from workbench.analysis import spans
+from workbench.analysis.spans import queries as spans
 from workbench.server.handlers import ApiError, WorkbenchHandler
 from workbench.server.state import ServerState
 from workbench.trace.schema import TIME_LIMIT_NS

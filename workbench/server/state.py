@@ -6,7 +6,7 @@ checked again, links resolved, at every use: each request that reads it and each
 The admin's configured root is trusted as is (it may lie anywhere).
 
 The configured root may also be a URL (`s3://`, `gs://`...): the server then reads its local mirror
-(`workbench.trace.mirror`), refreshed from the URL by the listing routes at most every `MIRROR_REFRESH_S`,
+(`workbench.trace.store.mirror`), refreshed from the URL by the listing routes at most every `MIRROR_REFRESH_S`,
 and refuses every write into it (`RootReadOnly`): runs reach a URL root through `workbench import --ranks`.
 """
 
@@ -22,7 +22,7 @@ from workbench.errors import WorkbenchError
 from workbench.server.jobs import JobManager
 from workbench.server.model_policy import ModelPolicy
 from workbench.storage import Location, is_url
-from workbench.trace.mirror import mirror_root
+from workbench.trace.store.mirror import mirror_root
 
 CONFIGURED_ROOT = "<configured traces root>"
 """How clients see a configured traces root outside the server's root_dir (its path is the server's own)."""

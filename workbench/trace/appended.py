@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from workbench.trace.model import Trace
-from workbench.trace.multirank import shift_trace
+from workbench.trace.ranks.multirank import shift_trace
 
 
 def append_trace(trace: Trace, extra: Trace, shift_ns: int) -> Trace:

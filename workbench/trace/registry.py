@@ -143,13 +143,13 @@ def _looks_like_json(head: bytes) -> bool:
 
 
 def _looks_like_ort_profile(head: bytes) -> bool:
-    from workbench.trace.ort_profile import looks_like_ort_profile
+    from workbench.trace.formats.ort_profile import looks_like_ort_profile
 
     return looks_like_ort_profile(head)
 
 
 def _read_ort_profile(path: Path) -> Trace:
-    from workbench.trace.ort_profile import read_ort_profile
+    from workbench.trace.formats.ort_profile import read_ort_profile
 
     return read_ort_profile(path)
 
@@ -159,7 +159,7 @@ register_format(TraceFormat("ort_profile", (".json", ".json.gz"), _looks_like_or
 
 
 def _read_kineto(path: Path) -> Trace:
-    from workbench.trace.kineto import read_kineto
+    from workbench.trace.kineto.reader import read_kineto
 
     return read_kineto(path)
 
@@ -172,7 +172,7 @@ def _looks_like_sqlite(head: bytes) -> bool:
 
 
 def _read_nsys(path: Path) -> Trace:
-    from workbench.trace.nsys import read_nsys
+    from workbench.trace.nsys.reader import read_nsys
 
     return read_nsys(path)
 
@@ -181,19 +181,19 @@ register_format(TraceFormat("nsys", (".sqlite", ".nsys.sqlite"), _looks_like_sql
 
 
 def _looks_like_xspace(head: bytes) -> bool:
-    from workbench.trace.xspace import looks_like_xspace
+    from workbench.trace.xspace.reader import looks_like_xspace
 
     return looks_like_xspace(head)
 
 
 def _read_xspace(path: Path) -> Trace:
-    from workbench.trace.xspace import read_xspace
+    from workbench.trace.xspace.reader import read_xspace
 
     return read_xspace(path)
 
 
 def _xspace_dir(path: Path) -> bool:
-    from workbench.trace.xspace import accepts_dir
+    from workbench.trace.xspace.reader import accepts_dir
 
     return accepts_dir(path)
 

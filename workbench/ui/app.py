@@ -36,7 +36,7 @@ from workbench.ui.progress import WidgetProgress
 
 if TYPE_CHECKING:
     from workbench.experiment import ExperimentResult, ExperimentSettings
-    from workbench.trace.bundle import Bundle
+    from workbench.trace.store.bundle import Bundle
 
 
 class Workbench(widgets.VBox):
@@ -130,7 +130,7 @@ class Workbench(widgets.VBox):
         or None when it could not run (the error is shown in the app). Variants that fail are listed in
         the app; the others are shown."""
         from workbench.experiment import run_experiment
-        from workbench.trace.bundle import open_bundle
+        from workbench.trace.store.bundle import open_bundle
 
         self.run_button.disabled = True
         self.status.value = ""
@@ -168,9 +168,9 @@ class Workbench(widgets.VBox):
     def show_runs(self, runs: Sequence[str | Path | Bundle]) -> None:
         """Show runs (bundles, run ids, bundle paths or experiment ids under the app's root): their
         comparison when there are several, and the dashboard of the one the picker names."""
-        from workbench.trace.bundle import Bundle
-        from workbench.trace.records import display_name
-        from workbench.trace.resolve import resolve_runs
+        from workbench.trace.store.bundle import Bundle
+        from workbench.trace.store.records import display_name
+        from workbench.trace.store.resolve import resolve_runs
         from workbench.views.experiments import experiments_view
 
         bundles: list[Bundle] = []

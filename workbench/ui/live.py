@@ -2,7 +2,7 @@
 
 A static dashboard embeds the real spans of some windows and density bars elsewhere (see
 `workbench.views.timeline`). Shown through jupyter_bokeh, its x-range changes reach Python, so
-`follow_zoom`'s callback answers each settled view with `workbench.analysis.spans.window` (the function the
+`follow_zoom`'s callback answers each settled view with `workbench.analysis.spans.queries.window` (the function the
 Jupyter server's `spans` route sends) and writes the reply into the timeline's `REMOTE` source; the
 browser applies it with the same code that applies the server's replies in the Lab panel. One
 implementation, two transports.
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from bokeh.core.property.descriptors import UnsetValueError
 from bokeh.models import ColumnDataSource, LayoutDOM, Plot, Range1d
 
-from workbench.analysis.spans import MAX_SPANS, RunRef, window
+from workbench.analysis.spans.queries import MAX_SPANS, RunRef, window
 from workbench.views.timeline import REMOTE, TIMELINE_PLOT
 
 RangeCallback = Callable[[str, object, object], None]

@@ -14,14 +14,14 @@ from typing import Any
 from bokeh.layouts import column
 from bokeh.models import DataTable, Div, LayoutDOM, Range1d, TabPanel, Tabs
 
-from workbench.analysis.bottlenecks import analyze_run
 from workbench.analysis.breakdown import phase_window
+from workbench.analysis.findings.bottlenecks import analyze_run
 from workbench.analysis.noise import latency_noise
 from workbench.analysis.roofline import run_device_spec
 from workbench.analysis.summary import model_label
 from workbench.analysis.timeline import count_spans
-from workbench.trace.bundle import Bundle
 from workbench.trace.schema import PHASE_MEASURE
+from workbench.trace.store.bundle import Bundle
 from workbench.views.findings import findings_panel
 from workbench.views.memory import memory_map
 from workbench.views.roofline import ROOFLINE_SOURCE, link_roofline, roofline_view

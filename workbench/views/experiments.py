@@ -26,8 +26,8 @@ from workbench.analysis.summary import RANDOM_WEIGHTS_NOTE
 from workbench.analysis.sweep import is_sweep
 from workbench.analysis.timeline import count_spans
 from workbench.trace import Trace
-from workbench.trace.bundle import Bundle
 from workbench.trace.schema import PHASE_MEASURE
+from workbench.trace.store.bundle import Bundle
 from workbench.views._table import data_table, frame_source
 from workbench.views.sweep import sweep_view
 from workbench.views.timeline import timeline

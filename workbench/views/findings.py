@@ -1,6 +1,6 @@
 """The findings panel: ranked bottleneck findings, the evidence of the selected one, and device idle time.
 
-It shows what `workbench analyze RUN` prints (`workbench.analysis.bottlenecks.analyze_run`): one table row per
+It shows what `workbench analyze RUN` prints (`workbench.analysis.findings.bottlenecks.analyze_run`): one table row per
 finding, largest time share first (kind, device, share, title, next step); selecting a row shows that
 finding's suggestion and evidence (JSON) below the table, and, given the timeline's x-range, jumps the timeline to
 the time range the finding's evidence names (`finding_range`); then the idle summary per device (busy and idle
@@ -19,7 +19,7 @@ import pandas as pd
 from bokeh.layouts import column
 from bokeh.models import CustomJS, Div, LayoutDOM, Range1d
 
-from workbench.analysis.bottlenecks import FINDING_COLUMNS
+from workbench.analysis.findings.bottlenecks import FINDING_COLUMNS
 from workbench.views._table import MAX_TABLE_ROWS, data_table, rows_note
 
 FINDINGS_TABLE = "findings table"

@@ -12,8 +12,8 @@ from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from workbench.llm.tables import timed_steps, timeline_steps, variant_table
-from workbench.trace.bundle import Bundle
-from workbench.trace.records import display_name
+from workbench.trace.store.bundle import Bundle
+from workbench.trace.store.records import display_name
 from workbench.views._table import data_table
 
 STEP_COLORS = {"prefill": "#dd8452", "decode": "#4c72b0", "draft": "#8172b2", "verify": "#55a868"}

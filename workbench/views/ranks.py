@@ -25,7 +25,7 @@ from bokeh.plotting import figure
 
 from workbench.analysis.ranks import RankAggregates, Ranks, by_rank, rank_aggregates, rank_steps
 from workbench.analysis.timeline import count_spans
-from workbench.trace.bundle import Bundle
+from workbench.trace.store.bundle import Bundle
 from workbench.views._table import data_table
 from workbench.views.timeline import timeline
 
@@ -90,7 +90,7 @@ def bundles_ranks_view(bundles: Sequence[Bundle], *, width: int = 1100, threshol
 def aggregates_only(bundles: Sequence[Bundle]) -> str | None:
     """Why the ranks `bundles` are shown by their aggregates alone (more than `MAX_TIMELINE_RANKS` of them, or on
     a URL traces root), or None when their traces may be read here."""
-    from workbench.trace.mirror_bundle import remote_bundle
+    from workbench.trace.store.mirror_bundle import remote_bundle
 
     if len(bundles) > MAX_TIMELINE_RANKS:
         return f"more than {MAX_TIMELINE_RANKS} ranks"

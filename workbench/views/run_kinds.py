@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 
 from bokeh.models import LayoutDOM, TabPanel, Tabs
 
-from workbench.trace.bundle import Bundle
-from workbench.trace.records import GENERATION
+from workbench.trace.store.bundle import Bundle
+from workbench.trace.store.records import GENERATION
 
 
 def is_rank_set(bundles: Sequence[Bundle]) -> bool:

@@ -15,7 +15,7 @@ from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from workbench.analysis.sweep import crossovers, pareto, sweep_table
-from workbench.trace.bundle import Bundle
+from workbench.trace.store.bundle import Bundle
 from workbench.views._table import data_table, frame_source
 
 SWEEP_TABLE_COLUMNS = [

@@ -23,7 +23,7 @@ import torch
 
 from workbench.errors import WorkbenchError
 from workbench.models import LoadedModel
-from workbench.models.onnx_file import OnnxFileModule
+from workbench.models.onnx_file import OnnxFileModule, load_onnx
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _SUMMARY = "## Exception summary"
@@ -73,9 +73,8 @@ def export_reason(message: str) -> str:
 
 def graph_inputs(path: Path) -> list[str]:
     """The names of the graph's inputs (initializers some graphs list as inputs left out)."""
-    from workbench.backends.tensorrt.onnx_graph import load_model
 
-    graph = load_model(path).graph
+    graph = load_onnx(path).graph
     initializers = {init.name for init in graph.initializer}
     return [value.name for value in graph.input if value.name not in initializers]
 

@@ -1,6 +1,6 @@
 """ORT's own profile in a profiled run: closed after the framework profiler (`end_profiling`, the backend's
 `after_profile`), kept beside the trace as `<variant>.ort_profile.json` (it goes to the bundle's raw/), then
-read (`workbench.trace.ort_profile`: ORT's session spans as host ops, every node's kernel as a `kernel` on its
+read (`workbench.trace.formats.ort_profile`: ORT's session spans as host ops, every node's kernel as a `kernel` on its
 execution provider's track) and merged into the run's torch.profiler trace on the clock by the backend's enricher."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from workbench.backends.registry import Enriched
 from workbench.backends.variants import Variant
 from workbench.trace import Trace
 from workbench.trace.appended import append_trace
-from workbench.trace.multirank import absolute_origin_ns
-from workbench.trace.ort_profile import read_ort_profile
+from workbench.trace.formats.ort_profile import read_ort_profile
+from workbench.trace.ranks.multirank import absolute_origin_ns
 
 if TYPE_CHECKING:
     from workbench.profiling.result import ProfiledRun

@@ -24,7 +24,7 @@ import torch
 
 from workbench.backends.tensorrt.deps import require_tensorrt
 from workbench.errors import WorkbenchError
-from workbench.trace.trt_layers import LayerTimes
+from workbench.trace.formats.trt_layers import LayerTimes
 
 TORCH_DTYPES = {"FLOAT": torch.float32, "HALF": torch.float16, "BF16": torch.bfloat16, "INT8": torch.int8,
                 "INT32": torch.int32, "INT64": torch.int64, "BOOL": torch.bool, "UINT8": torch.uint8,

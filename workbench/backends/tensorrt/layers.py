@@ -57,7 +57,7 @@ def with_layer_times(trace: Trace, variant: Variant, profiled: ProfiledRun, fold
     if profiled.layer_times is None:
         return Enriched(trace)
     from workbench.analysis.trt_fusion import artifact_fusions
-    from workbench.trace.trt_layers import merge_layer_times
+    from workbench.trace.formats.trt_layers import merge_layer_times
 
     device = profiled.notes.get("device", variant.device)
     trace = merge_layer_times(trace, profiled.layer_times, device, engine=variant.name,

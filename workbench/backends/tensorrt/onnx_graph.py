@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.backends.tensorrt.deps import require
-from workbench.errors import WorkbenchError
+from workbench.models.onnx_file import load_onnx
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 """The explicit-quantization ops TensorRT fuses into int8/fp8 kernels."""
@@ -35,19 +35,6 @@ class GraphFacts:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
         return asdict(self)
-
-
-def load_model(path: str | Path) -> Any:
-    """The ONNX ModelProto at `path` (weights left in external files, if any); WorkbenchError naming
-    the file when it is missing or not ONNX."""
-    onnx = require("onnx")
-    path = Path(path)
-    if not path.is_file():
-        raise WorkbenchError(f"{path}: no such ONNX file")
-    try:
-        return onnx.load(str(path), load_external_data=False)
-    except Exception as exc:  # onnx raises DecodeError / RuntimeError variants by version
-        raise WorkbenchError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
 
 
 def _type_name(elem_type: int) -> str:
@@ -78,7 +65,7 @@ def _output_types(model: Any) -> dict[str, int]:
 def graph_facts(model: Any) -> GraphFacts:
     """The facts of a ModelProto (or of the ONNX file at a path)."""
     if isinstance(model, (str, Path)):
-        model = load_model(model)
+        model = load_onnx(model)
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     return GraphFacts(
@@ -96,5 +83,5 @@ def node_ops(model: Any) -> dict[str, str]:
     """Node name → op type, for every named node of a ModelProto (or ONNX file). TensorRT names each
     layer after the ONNX node it came from, so this turns fused layer names into op types."""
     if isinstance(model, (str, Path)):
-        model = load_model(model)
+        model = load_onnx(model)
     return {node.name: node.op_type for node in model.graph.node if node.name}

@@ -19,8 +19,10 @@ many more samples than the few example inputs used here.
 from __future__ import annotations
 
 import os
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,8 +30,9 @@ from typing import Any
 import numpy as np
 
 from workbench.backends.tensorrt.deps import require
-from workbench.backends.tensorrt.onnx_graph import QDQ_OPS, GraphFacts, graph_facts, load_model
+from workbench.backends.tensorrt.onnx_graph import QDQ_OPS, GraphFacts, graph_facts
 from workbench.errors import WorkbenchError
+from workbench.models.onnx_file import load_onnx
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8")
 """Precisions the TensorRT variants take."""
@@ -181,17 +184,43 @@ def _quantize(onnx_path: Path, mode: str, calibration: Mapping[str, np.ndarray],
     path = out_dir / f"model.{mode}.onnx"
     shapes = ",".join(f"{name}:{'x'.join(str(d) for d in (batch, *array.shape[1:]))}"
                       for name, array in calibration.items())
-    try:
-        quantization.quantize(
-            str(onnx_path), quantize_mode=mode,
-            calibration_data={name: np.ascontiguousarray(array) for name, array in calibration.items()},
-            calibration_method=method, calibration_shapes=shapes, calibration_eps=["cpu"], output_path=str(path),
-            high_precision_dtype=HIGH_PRECISION, log_level="WARNING",
-            use_external_data_format=os.path.getsize(onnx_path) > _PROTOBUF_LIMIT // 2,
-        )
-    except ImportError as exc:
-        raise WorkbenchError(f"ModelOpt quantization needs a package that is missing: {exc}") from exc
+    with _ort_quantization_kept():
+        try:
+            quantization.quantize(
+                str(onnx_path), quantize_mode=mode,
+                calibration_data={name: np.ascontiguousarray(array) for name, array in calibration.items()},
+                calibration_method=method, calibration_shapes=shapes, calibration_eps=["cpu"], output_path=str(path),
+                high_precision_dtype=HIGH_PRECISION, log_level="WARNING",
+                use_external_data_format=os.path.getsize(onnx_path) > _PROTOBUF_LIMIT // 2,
+            )
+        except ImportError as exc:
+            raise WorkbenchError(f"ModelOpt quantization needs a package that is missing: {exc}") from exc
     if not path.is_file():
         raise WorkbenchError(f"ModelOpt {mode} quantization of {onnx_path} wrote no model (expected {path})")
-    load_model(path)  # a readable result, or a WorkbenchError naming it
+    load_onnx(path)  # a readable result, or a WorkbenchError naming it
     return path
+
+
+@contextmanager
+def _ort_quantization_kept() -> Iterator[None]:
+    """ONNX Runtime's quantization modules and classes as they are, put back after the block. ModelOpt patches
+    ORT's calibrators and quantizers for its own PTQ (`modelopt.onnx.quantization.ort_patching`) and leaves them
+    so, which made a later `ort-int8-static` in the same process fail ("Quantization parameters are not
+    specified")."""
+    owners: list[Any] = [module for name, module in list(sys.modules.items())
+                         if name.startswith("onnxruntime.quantization") and module is not None]
+    owners += [value for module in list(owners) for value in vars(module).values()
+               if isinstance(value, type) and value.__module__.startswith("onnxruntime.quantization")]
+    saved = [(owner, dict(vars(owner))) for owner in owners]
+    try:
+        yield
+    finally:
+        for owner, before in saved:
+            now = vars(owner)
+            for name in [name for name in now if name not in before]:
+                with suppress(AttributeError, TypeError):
+                    delattr(owner, name)
+            for name, value in before.items():
+                if now.get(name) is not value:
+                    with suppress(AttributeError, TypeError):
+                        setattr(owner, name, value)

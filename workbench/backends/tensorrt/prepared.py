@@ -35,7 +35,7 @@ from workbench.backends.tensorrt.precision import apply_precision
 from workbench.backends.variants import Variant
 from workbench.errors import WorkbenchError
 from workbench.models import LoadedModel
-from workbench.trace.trt_layers import LayerTimes
+from workbench.trace.formats.trt_layers import LayerTimes
 
 CALIBRATION_SAMPLES = 32
 """Example inputs ModelOpt calibrates on (AutoCast's value ranges, Q/DQ scales)."""
@@ -179,7 +179,7 @@ class PreparedTrtVariant:
 
     def profile_layers(self, inputs: Sequence[torch.Tensor], iterations: int = 10) -> LayerTimes:
         """Per-layer device times of `iterations` runs through TensorRT's IProfiler (builds first if
-        needed); `workbench.trace.trt_layers.layer_trace` turns them into `layer` events. The profiler slows
+        needed); `workbench.trace.formats.trt_layers.layer_trace` turns them into `layer` events. The profiler slows
         the execution (see `TrtEngine.profile`): call it after, never inside, the measured iterations."""
         placed = self.place(inputs)
         if self._engine is None:
