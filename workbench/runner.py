@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from workbench.errors import DiskFullError, WorkbenchError, is_disk_full
+from workbench.serving.steps import engine_steps
 from workbench.trace import Trace
 from workbench.trace.store.bundle import write_bundle
 from workbench.trace.store.experiment import write_experiment
@@ -255,9 +256,10 @@ class Runner(Generic[RunT, ResultT]):
         files = self.bundle_files(run)
         info = self.info(run)
         with self._phase("write"):
+            tables = None if trace is None else {**files.tables, **derived_tables(trace)}
             write_bundle(stage, run.run_id, info, trace, raw_files=files.raw_files, move_raw=files.move_raw,
                          texts=files.texts, folders={k: v for k, v in files.folders.items() if Path(v).is_dir()},
-                         tables=files.tables if trace is not None else None)
+                         tables=tables)
         self.progress.advance("write")
 
     @contextmanager
@@ -266,3 +268,9 @@ class Runner(Generic[RunT, ResultT]):
 
         with phase(name, self.timings):
             yield
+
+
+def derived_tables(trace: Trace) -> dict[str, Any]:
+    """The optional tables a trace yields by itself: a serving engine's `steps` (`workbench.serving.steps`)."""
+    steps = engine_steps(trace)
+    return {} if steps is None else {"steps": steps}

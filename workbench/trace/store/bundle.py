@@ -7,9 +7,9 @@
       events.parquet  memory.parquet  counters.parquet   (zstd; only when the run has a trace)
       events.index    the timeline's index of events.parquet (`workbench.analysis.spans.index`): derived,
                       built again on first open when missing or stale (bundles of earlier versions)
-      kernel_metrics.parquet  cuda_allocator.parquet  cuda_segments.parquet
+      kernel_metrics.parquet  cuda_allocator.parquet  cuda_segments.parquet  steps.parquet
                       optional tables of some runs (Nsight Compute metrics; the CUDA allocator's
-                      history and segments), read with `Bundle.table`
+                      history and segments; a serving engine's steps), read with `Bundle.table`
       raw/            the original profiler output, untouched
       compile/        compile-stage texts (JAX variants: lowered StableHLO, optimized HLO)
       xprof/          XProf's tool data for the capture (JAX variants)
@@ -56,7 +56,7 @@ RAW_DIR = "raw"
 EXTRA_DIRS = ("compile", "xprof")
 """Optional folders of a bundle besides raw/, filled through `write_bundle`'s `texts` and `folders`."""
 TABLES = ("events", "memory", "counters")
-OPTIONAL_TABLES = ("kernel_metrics", "cuda_allocator", "cuda_segments")
+OPTIONAL_TABLES = ("kernel_metrics", "cuda_allocator", "cuda_segments", "steps")
 """Tables a bundle may have besides the Trace's (see `workbench.trace.formats.ncu` and
 `workbench.trace.formats.cuda_snapshot`)."""
 STATUSES = ("ok", "failed")
