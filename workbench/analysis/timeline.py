@@ -101,9 +101,9 @@ def track_table(events: pa.Table) -> pd.DataFrame:
     first_row = first_rows(track_codes, len(track_names))
     max_depth = np.full(len(track_names), np.iinfo(depth.dtype).min, dtype=depth.dtype)
     np.maximum.at(max_depth, track_codes, depth)
-    table = pd.DataFrame({
-        "device": device_names[device_codes[first_row[present]]].astype(str),
-        "track": track_names[present].astype(str),
+    table = pd.DataFrame({  # strings kept as objects: numpy's str dtype drops a name's trailing NUL characters
+        "device": [str(name) for name in device_names[device_codes[first_row[present]]]],
+        "track": [str(name) for name in track_names[present]],
         "events": counts[present].astype(np.int64),
         "max_depth": max_depth[present].astype(np.int64),
     })

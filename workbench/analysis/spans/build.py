@@ -144,8 +144,9 @@ def busy_union(start: np.ndarray, dur: np.ndarray, is_marker: np.ndarray,
     slice; an event that is no work (a marker, unless its lane holds nothing else) ends where it starts,
     so it adds no time and nothing is gathered."""
     n_lanes = len(lane_start) - 1
-    lane_of_marker = np.add.reduceat(is_marker, lane_start[:-1]) if len(start) else np.zeros(n_lanes, np.int64)
     counts = np.diff(lane_start)
+    # markers per lane by the lane of each event (a reduceat would fail on a lane without events at the end)
+    lane_of_marker = np.bincount(np.repeat(np.arange(n_lanes), counts), weights=is_marker, minlength=n_lanes)
     marker_lanes = (lane_of_marker == counts) & (counts > 0)
     no_work = is_marker & np.repeat(~marker_lanes, counts) if marker_lanes.any() else is_marker
     end = start + np.where(no_work, 0, dur)
