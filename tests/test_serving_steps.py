@@ -118,3 +118,21 @@ def test_import_writes_the_steps_table_and_sql_reads_it(tmp_path):
 def test_a_trace_without_step_annotations_has_no_steps_table(tmp_path):
     path = write_trace(tmp_path / "plain.json", [_annotation("ProfilerStep#1", 0, 10)])
     assert engine_steps(read_trace(path)) is None
+
+
+def test_show_summarizes_the_steps_by_mode(tmp_path):
+    events = [_annotation(f"execute_context_{p}({pt})_generation_{d}({d})", ts, dur)
+              for p, pt, d, ts, dur in [(4, 164, 0, 0, 100), (1, 10, 3, 200, 50), (0, 0, 4, 300, 40),
+                                        (0, 0, 2, 400, 60)]]
+    out = tmp_path / "traces"
+    imported = CliRunner().invoke(main, ["import", str(write_trace(tmp_path / "cpu.json", events)), "--out", str(out),
+                                         "--json"])
+    (run,) = json.loads(imported.output)
+    shown = CliRunner().invoke(main, ["show", run, "--out", str(out), "--json"])
+    steps = json.loads(shown.output)["steps"]
+    assert steps["steps"] == 4 and steps["prefill_tokens"] == 174 and steps["decode_tokens"] == 9
+    assert steps["by_mode"]["decode"] == {"steps": 2, "median_ms": 0.05, "p90_ms": pytest.approx(0.058),
+                                          "mean_batch": 3.0, "median_kernels": 0.0}
+    assert steps["by_mode"]["prefill"]["steps"] == steps["by_mode"]["mixed"]["steps"] == 1
+    text = CliRunner().invoke(main, ["show", run, "--out", str(out)]).output
+    assert "engine steps (4; prefill tokens 174, decode tokens 9)" in text and "decode" in text

@@ -8,6 +8,7 @@ from typing import Any
 
 from workbench.analysis.breakdown import kernel_time_by_device, kind_counts, memory_peaks, op_table, phase_window
 from workbench.analysis.noise import latency_noise
+from workbench.serving.steps import steps_summary
 from workbench.trace.schema import PHASE_MEASURE
 from workbench.trace.store.bundle import Bundle
 from workbench.trace.store.records import RunInfo, as_run_info
@@ -32,7 +33,8 @@ def run_summary(bundle: Bundle, top: int = 10) -> dict[str, Any]:
     "kernel_ns": {device: ns},
     "noise": why the latency samples are noisy (None when they are not),
     "ops": n, "memory_peak_bytes": {device: n}, "latency_ms": {...}, "throughput": {...},
-    "numerics": {...}, "llm": {...} | None, "warnings": [...], "top_ops": [...], "top_kernels": [...]}`; the op
+    "numerics": {...}, "llm": {...} | None, "steps": {...} | None (a serving engine's steps,
+    `workbench.serving.steps.steps_summary`), "warnings": [...], "top_ops": [...], "top_kernels": [...]}`; the op
     tables cover the `measure` phase of a capture (steady state, not compilation) and the whole trace of an
     import; `warnings` are the trace reader's (`reader_warnings`)."""
     record = bundle.record
@@ -53,6 +55,7 @@ def run_summary(bundle: Bundle, top: int = 10) -> dict[str, Any]:
         "first_call_s": record.first_call_s,
         "numerics": record.numerics or {},
         "llm": llm_summary(record),
+        "steps": None,
         "warnings": reader_warnings(record),
         "events": {},
         "kernel_ns": {},
@@ -65,6 +68,7 @@ def run_summary(bundle: Bundle, top: int = 10) -> dict[str, Any]:
     if not bundle.has_trace:
         return summary
     trace = bundle.trace()
+    summary["steps"] = steps_summary(bundle.table("steps"))
     summary["events"] = kind_counts(trace)
     summary["ops"] = summary["events"].get("op", 0)
     summary["kernel_ns"] = kernel_time_by_device(trace)

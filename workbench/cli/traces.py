@@ -28,6 +28,7 @@ from workbench.views.text_tables import Cell, TextTable, cells, format_number
 
 RUN_COLUMNS = ("run", "model", "variant", "device", "status", "p50 ms", "experiment", "created")
 OP_COLUMNS = ("name", "calls", "total ms", "self ms", "device ms", "share")
+STEP_COLUMNS = ("mode", "steps", "median ms", "p90 ms", "mean batch", "median kernels")
 
 
 @click.command(name="import")
@@ -193,6 +194,13 @@ def _print_summary(s: dict[str, Any]) -> None:
                  s["numerics"])
     if s.get("llm"):
         print_kv("generation", {k: v for k, v in s["llm"].items() if not isinstance(v, (dict, list))})
+    if s.get("steps"):
+        print_table(TextTable(f"engine steps ({s['steps']['steps']:,}; prefill tokens "
+                              f"{s['steps']['prefill_tokens']:,}, decode tokens {s['steps']['decode_tokens']:,})",
+                              STEP_COLUMNS, tuple(cells(mode, row["steps"], row["median_ms"], row["p90_ms"],
+                                                        row["mean_batch"], row["median_kernels"])
+                                                  for mode, row in s["steps"]["by_mode"].items()),
+                              left=frozenset({"mode"})))
     if s["events"]:
         print_kv("events", {**s["events"], **{f"kernel time {d} (ms)": ns / 1e6 for d, ns in s["kernel_ns"].items()},
                             **{f"memory peak {d} (MiB)": n / 2**20 for d, n in s["memory_peak_bytes"].items()}})

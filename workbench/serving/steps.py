@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from workbench.trace import Trace
 from workbench.trace.columns import lookup
@@ -166,3 +167,25 @@ def _count_kernels(steps: list[dict[str, Any]], kind: np.ndarray, launcher: np.n
         busy = np.bincount(slot[inside], weights=dur[kernels[here][inside]], minlength=len(own))
         for step, n, ns in zip(own, count.tolist(), busy.tolist(), strict=True):
             step["kernels"], step["kernel_ns"] = int(n), int(ns)
+
+
+def steps_summary(steps: pa.Table | None) -> dict[str, Any] | None:
+    """The headline of a `steps` table (`workbench show`): how many steps, and per mode their count, median
+    and p90 duration, mean batch and median kernels; the prefill and decode tokens in all. None without steps."""
+    if steps is None or not steps.num_rows:
+        return None
+    modes = np.asarray(steps["mode"].to_pylist(), dtype=object)
+    dur_ms = steps["dur_ns"].to_numpy() / 1e6
+    batch = np.asarray(steps["batch_requests"].to_numpy(zero_copy_only=False), dtype=float)
+    kernels = steps["kernels"].to_numpy()
+    by_mode = {}
+    for mode in sorted(set(modes.tolist()), key=str):
+        here = modes == mode
+        known = batch[here][~np.isnan(batch[here])]
+        by_mode[str(mode)] = {"steps": int(here.sum()), "median_ms": float(np.median(dur_ms[here])),
+                              "p90_ms": float(np.percentile(dur_ms[here], 90)),
+                              "mean_batch": float(known.mean()) if len(known) else None,
+                              "median_kernels": float(np.median(kernels[here]))}
+    return {"steps": steps.num_rows, "by_mode": by_mode,
+            "prefill_tokens": int(pc.sum(steps["prefill_tokens"]).as_py() or 0),
+            "decode_tokens": int(pc.sum(steps["decode_tokens"]).as_py() or 0)}
