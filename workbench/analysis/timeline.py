@@ -108,7 +108,7 @@ def track_table(events: pa.Table) -> pd.DataFrame:
         "max_depth": max_depth[present].astype(np.int64),
     })
     pairs = zip(table["track"], table["device"], strict=True)
-    table["label"] = [_strip_device(track, device) for track, device in pairs]
+    table["label"] = [strip_device(track, device) for track, device in pairs]
     keys = [_lane_key(device, label, events) for device, label, events
             in zip(table["device"], table["label"], table["events"], strict=True)]
     order = sorted(range(len(table)), key=keys.__getitem__)
@@ -470,7 +470,8 @@ def _strings(column: pa.ChunkedArray) -> np.ndarray:
     return np.asarray(pc.fill_null(column, "").to_pylist(), dtype=object)
 
 
-def _strip_device(track: str, device: str) -> str:
+def strip_device(track: str, device: str) -> str:
+    """A track's lane label: the track without its device's prefix (a track of another device keeps it)."""
     prefix = f"{device}/"
     return track[len(prefix):] if track.startswith(prefix) else track
 

@@ -111,6 +111,12 @@ def longest_keys(is_marker: np.ndarray, dur: np.ndarray, positions: np.ndarray) 
     return (rank << bits) | (((1 << bits) - 1) - positions.astype(np.int64))
 
 
+def key_positions(keys: np.ndarray, size: int) -> np.ndarray:
+    """The positions that `longest_keys` keys stand for, in a run of `size` events."""
+    mask = (1 << max(size.bit_length(), 1)) - 1
+    return mask - (keys & mask)
+
+
 def _lane_start_order(lane: np.ndarray, start: np.ndarray) -> np.ndarray:
     """Row order by (lane, start, row). One stable sort of a combined key when it fits int64 (readers
     write tracks in start order, so timsort meets long sorted runs), else a lexsort."""

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.analysis.spans import mapped as span_file
-from workbench.analysis.spans.build import BLOCK, INDEX_VERSION, build, covered_ns, longest_keys
+from workbench.analysis.spans.build import BLOCK, INDEX_VERSION, build, covered_ns, key_positions, longest_keys
 from workbench.errors import BundleError
 
 INDEX_FILE = "events.index"
@@ -170,11 +170,10 @@ class SpanIndex:
         event (the largest `_longest_keys`: markers below any work, ties to the first). Ranges holding few
         events are reduced directly; for many, whole blocks use `block_key` and only the partial blocks at
         each end are looked at, so the cost does not grow with the events of a window."""
-        mask = (1 << max(self.size.bit_length(), 1)) - 1
         first, last = int(starts[0]), int(ends[-1])
         if last - first <= 4 * BLOCK * len(starts):
             keys = longest_keys(self.is_marker, self.dur, np.arange(first, last))
-            return mask - (np.maximum.reduceat(keys, starts - first) & mask)
+            return key_positions(np.maximum.reduceat(keys, starts - first), self.size)
         blocks_from, blocks_to = -(-starts // BLOCK), ends // BLOCK
         whole = blocks_from < blocks_to
         best = np.full(len(starts), -1, dtype=np.int64)
@@ -188,7 +187,7 @@ class SpanIndex:
             positions = np.repeat(lo - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
             np.maximum.at(best, np.repeat(np.arange(len(lo)), lengths),
                           longest_keys(self.is_marker, self.dur, positions))
-        return mask - (best & mask)
+        return key_positions(best, self.size)
 
 
 class RunCache:

@@ -21,9 +21,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from workbench.analysis.spans.build import busy_union, covered_ns, longest_keys
+from workbench.analysis.spans.build import busy_union, covered_ns, key_positions, longest_keys
 from workbench.analysis.spans.index import MAX_OPEN_RUNS, SpanIndex
-from workbench.analysis.timeline import MAX_LANES, OTHER_DEVICES, dictionary_codes, natural_key
+from workbench.analysis.timeline import MAX_LANES, OTHER_DEVICES, dictionary_codes, natural_key, strip_device
 from workbench.errors import BundleError
 
 
@@ -96,9 +96,7 @@ class TrackLane:
         """The position of the longest event (markers below any work) starting in each bin of `started`
         (non-empty bins; `at` from `starting`)."""
         keys = longest_keys(index.is_marker, index.dur, self.positions[: at[started[-1] + 1]])
-        best = np.maximum.reduceat(keys, at[started])
-        mask = (1 << max(index.size.bit_length(), 1)) - 1
-        return mask - (best & mask)
+        return key_positions(np.maximum.reduceat(keys, at[started]), index.size)
 
 
 def drawn_lanes(index: SpanIndex, expand: int | None = None, offset: int = 0) -> list[IndexLane | TrackLane]:
@@ -144,7 +142,7 @@ def expanded(index: SpanIndex, lane: int, offset: int = 0, limit: int = MAX_LANE
         if g < len(shown):
             track = str(names[tracks[shown[g]]])
             fields = {"lane": len(index.lanes) + g, "device": device, "track": track,
-                      "label": _label(track, device), "tracks": 1, "parent": lane}
+                      "label": strip_device(track, device), "tracks": 1, "parent": lane}
         else:
             left = len(tracks) - len(shown)
             noun = "tracks" if device == OTHER_DEVICES else str(info["label"]).split(" ", 2)[-1]
@@ -154,12 +152,6 @@ def expanded(index: SpanIndex, lane: int, offset: int = 0, limit: int = MAX_LANE
                              members, busy_union(index.start[members], index.dur[members],
                                                  index.is_marker[members], np.array([0, len(members)]))))
     return out
-
-
-def _label(track: str, device: str) -> str:
-    """A track's lane label: without its device prefix (an "other devices" lane's tracks keep theirs)."""
-    prefix = f"{device}/"
-    return track[len(prefix):] if device != OTHER_DEVICES and track.startswith(prefix) else track
 
 
 @lru_cache(maxsize=MAX_OPEN_RUNS)
