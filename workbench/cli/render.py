@@ -68,12 +68,13 @@ def reading_status(text: str, as_json: bool) -> Iterator[None]:
         return
     from workbench.trace.progress import describe, listening
 
-    shown = {"at": 0.0}
+    shown_at = 0.0
     with err.status(text, spinner="dots") as status:
         def update(path: str, done: int, total: int, unit: str) -> None:
+            nonlocal shown_at
             now = time.monotonic()
-            if now - shown["at"] >= 0.1 or done >= total:
-                shown["at"] = now
+            if now - shown_at >= 0.1 or done >= total:
+                shown_at = now
                 status.update(describe(path, done, total, unit))
 
         with listening(update):

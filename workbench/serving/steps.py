@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from workbench.analysis.timeline import dictionary_codes
 from workbench.trace import Trace
 from workbench.trace.columns import lookup
 
@@ -86,22 +87,20 @@ def parse_step(name: str) -> dict[str, Any] | None:
 def engine_steps(trace: Trace) -> pa.Table | None:
     """The `steps` table of `trace` (see the module docstring); None when it holds no step annotation."""
     events = trace.events
-    names = events["name"].combine_chunks()
-    if not pa.types.is_dictionary(names.type):
-        names = names.dictionary_encode()
-    parsed = {code: figures for code, value in enumerate(names.dictionary.to_pylist())
+    codes, names = dictionary_codes(events["name"])
+    parsed = {code: figures for code, value in enumerate(names)
               if value and (figures := parse_step(value)) is not None}
     if not parsed:
         return None
-    codes = names.indices.to_numpy(zero_copy_only=False)
-    kind = np.asarray(events["kind"].cast(pa.string()).to_pylist(), dtype=object)
+    kind_codes, kinds = dictionary_codes(events["kind"])
+    kind = kinds[kind_codes]
     rows = np.flatnonzero(np.isin(codes, list(parsed)) & (kind == "annotation"))
     if not len(rows):
         return None
     start, dur = (events[c].to_numpy() for c in ("start_ns", "dur_ns"))
     pid, tid = (events[c].to_numpy() for c in ("pid", "tid"))
     steps = _merged([{"start_ns": int(start[r]), "dur_ns": int(dur[r]), "pid": int(pid[r]), "tid": int(tid[r]),
-                      "row": int(r), "annotation": str(names.dictionary[codes[r]]), **parsed[int(codes[r])]}
+                      "row": int(r), "annotation": str(names[codes[r]]), **parsed[int(codes[r])]}
                      for r in rows[np.lexsort((start[rows], tid[rows], pid[rows]))]])
     _count_kernels(steps, kind, _launching_rows(kind, events["launcher"].to_numpy(), events["corr"].to_numpy()),
                    start, dur, pid, tid)
