@@ -37,12 +37,11 @@ def module_files(package: Path) -> dict[str, tuple[Path, bool]]:
     return modules
 
 
-def imported_modules(name: str, path: Path, is_package: bool, known: Set[str]) -> set[str]:
-    """The modules among `known` that module `name` (file `path`) imports anywhere in its body, with the
-    packages initialised on the way (see the module docstring)."""
-    found = _named_imports(name, path, is_package, known) | _named_in_strings(path, known)
+def with_packages(name: str, is_package: bool, found: Set[str], known: Set[str]) -> set[str]:
+    """The modules `found` that module `name` imports, with the packages Python initialises on the way to them
+    (see the module docstring), itself left out."""
     own = _packages_of(name) | ({name} if is_package else set())
-    found |= {package for target in found for package in _packages_of(target) if package in known} - own
+    found = set(found) | {package for target in found for package in _packages_of(target) if package in known} - own
     found.discard(name)
     return found
 
@@ -53,18 +52,16 @@ def _packages_of(module: str) -> set[str]:
     return {".".join(parts[:i]) for i in range(1, len(parts))}
 
 
-def _named_in_strings(path: Path, known: Set[str]) -> set[str]:
-    """The modules among `known` that the module at `path` names in a string (a plug-in registry's)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+def _named_in_strings(tree: ast.Module, known: Set[str]) -> set[str]:
+    """The modules among `known` that a module's syntax tree names in a string (a plug-in registry's)."""
     return {node.value for node in ast.walk(tree)
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and "." in node.value
             and node.value in known}
 
 
-def _named_imports(name: str, path: Path, is_package: bool, known: Set[str]) -> set[str]:
-    """The modules among `known` that module `name` names in an import statement."""
+def _named_imports(name: str, tree: ast.Module, is_package: bool, known: Set[str]) -> set[str]:
+    """The modules among `known` that module `name` (its syntax tree) names in an import statement."""
     here = name.split(".") if is_package else name.split(".")[:-1]
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     type_only = {id(node) for block in ast.walk(tree) if _is_type_checking_block(block)
                  for statement in block.body for node in ast.walk(statement)}
     found: set[str] = set()
@@ -97,10 +94,14 @@ def import_graph(package: Path) -> dict[str, set[str]]:
     """Module name -> the modules of the same package it imports (a plug-in's import of the registry that
     names it left out: see the module docstring)."""
     modules = module_files(package)
-    graph = {name: imported_modules(name, path, is_package, modules.keys())
-             for name, (path, is_package) in modules.items()}
-    for registry, (path, _) in modules.items():
-        for plugin in _named_in_strings(path, modules.keys()):
+    known = modules.keys()
+    trees = {name: ast.parse(path.read_text(encoding="utf-8"), str(path)) for name, (path, _) in modules.items()}
+    named = {name: _named_in_strings(tree, known) for name, tree in trees.items()}
+    graph = {name: with_packages(name, is_package, _named_imports(name, trees[name], is_package, known) | named[name],
+                                 known)
+             for name, (_, is_package) in modules.items()}
+    for registry, plugins in named.items():
+        for plugin in plugins:
             for module in (m for m in graph if m == plugin or m.startswith(f"{plugin}.")):
                 graph[module].discard(registry)  # a plug-in package's modules register it too
     return graph
