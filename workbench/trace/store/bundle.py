@@ -56,9 +56,9 @@ RAW_DIR = "raw"
 EXTRA_DIRS = ("compile", "xprof")
 """Optional folders of a bundle besides raw/, filled through `write_bundle`'s `texts` and `folders`."""
 TABLES = ("events", "memory", "counters")
-OPTIONAL_TABLES = ("kernel_metrics", "cuda_allocator", "cuda_segments", "steps")
-"""Tables a bundle may have besides the Trace's (see `workbench.trace.formats.ncu` and
-`workbench.trace.formats.cuda_snapshot`)."""
+OPTIONAL_TABLES = ("kernel_metrics", "cuda_allocator", "cuda_segments", "steps", "requests", "graph_kernels")
+"""Tables a bundle may have besides the Trace's (see `workbench.trace.formats.ncu`,
+`workbench.trace.formats.cuda_snapshot` and `workbench.serving`)."""
 STATUSES = ("ok", "failed")
 EXPERIMENTS_DIR = "experiments"
 """Folder of experiment records inside the traces root; reserved, so never a run id."""
