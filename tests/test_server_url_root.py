@@ -15,10 +15,10 @@ import pytest
 from conftest import emptied_memory
 from test_multirank import NAMES, _write_job
 
+from workbench.cache import CACHE_ENV
 from workbench.rank_import import RankImport, import_rank_job
 from workbench.storage import location
 from workbench.trace.store.bundle import EXPERIMENTS_DIR
-from workbench.trace.store.mirror import CACHE_ENV
 from workbench.trace.store.mirror_bundle import remote_root
 
 pytest.importorskip("jupyter_server", reason="jupyter_server is not installed (pip install -e .[lab])")

@@ -30,19 +30,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from workbench.cache import cache_dir
 from workbench.hardware.device import DeviceSpec
 
-CACHE_ENV = "WORKBENCH_CACHE"
 CACHE_VERSION = 1
 MATMUL_DTYPES = ("fp32", "bf16", "fp16", "int8")
-
-
-def cache_dir() -> Path:
-    """Where measurements are cached: `$WORKBENCH_CACHE`, else the XDG user cache dir + /workbench."""
-    chosen = os.environ.get(CACHE_ENV)
-    if chosen:
-        return Path(chosen).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "workbench"
 
 
 def cpu_model() -> str:

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from collections import defaultdict
 from pathlib import Path, PurePosixPath
 
+from workbench.cache import cache_dir
 from workbench.errors import BundleError, WorkbenchError
 from workbench.storage import Location
 from workbench.trace.store.bundle import EXPERIMENTS_DIR, RUN_JSON, is_valid_run_id
@@ -36,15 +36,6 @@ from workbench.trace.store.mirror_bundle import (
     write_atomic,
 )
 from workbench.trace.store.scratch import make_scratch_dir
-
-CACHE_ENV = "WORKBENCH_CACHE"
-"""Environment variable naming the folder of the mirrors (default: ~/.cache/workbench)."""
-
-
-def cache_dir() -> Path:
-    """Where mirrors live: `$WORKBENCH_CACHE`, else ~/.cache/workbench (honouring $XDG_CACHE_HOME)."""
-    chosen = os.environ.get(CACHE_ENV) or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "workbench"
-    return Path(chosen).expanduser().absolute()
 
 
 def mirror_root(root: Location) -> Path:
