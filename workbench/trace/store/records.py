@@ -102,7 +102,8 @@ def _keep(value: Any) -> Any:
 
 @dataclass
 class RunInfo(_Record):
-    """A run's run.json. `kind` is "generation" for a generation sweep's runs, None otherwise; `source` is
+    """A run's run.json. `kind` is "generation" for a generation sweep's runs, "serving" for a serving run's load
+    points, None otherwise; `source` is
     "import" for imported traces (then `imported_from` says from where). `trace` is the trace's metadata,
     written by the bundle."""
 
@@ -136,6 +137,9 @@ class RunInfo(_Record):
     op_flops: Json | None = None
     llm: Json | None = None
     generation: Json | None = None
+    serving: Json | None = None
+    """A serving run's endpoint, engine, generator, load, profiling window, SLO and latency summary
+    (`workbench.serving.run`)."""
     source: str | None = None
     imported_from: str | None = None
     rank: int | None = None
@@ -148,7 +152,7 @@ class RunInfo(_Record):
 
     _COERCE: ClassVar[dict[str, Any]] = {
         **{name: _object for name in ("environment", "benchmark", "numerics", "phases_ms", "capture", "xprof",
-                                      "device_properties", "op_flops", "llm", "generation", "trace")},
+                                      "device_properties", "op_flops", "llm", "generation", "serving", "trace")},
         **{name: _text for name in ("created", "error", "traceback", "experiment", "kind", "device", "reference",
                                     "reference_error", "source", "imported_from", "label")},
         **{name: _int for name in ("batch", "seq", "items_per_call", "tokens_per_call", "rank", "world_size")},
