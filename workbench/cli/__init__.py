@@ -1,6 +1,6 @@
 """The `workbench` command line: one module per group of commands (`capture`; `traces`: import, ls, show, rm,
-report; `analysis`: analyze, cost; `llm`: generate, llm-model; `xprof`; `child`: the hidden child of Nsight
-runs), all printing through `render`.
+report; `analysis`: analyze, cost; `llm`: generate, llm-model; `serve`: a server under load; `xprof`; `child`:
+the hidden child of Nsight runs), all printing through `render`.
 
 Exit codes (`workbench.errors`): 0 success; 1 a capture in which some variants failed (the others were
 written); 2 bad input or misuse (unknown model or variant, unreadable trace, missing run, a setting above its
@@ -23,6 +23,7 @@ with QuietWhileLoading():  # Ctrl-C while the command line loads exits 130 quiet
     from workbench.cli.query import query
     from workbench.cli.ranks import ranks
     from workbench.cli.render import CommandGroup
+    from workbench.cli.serve import serve
     from workbench.cli.traces import import_, ls, report, rm, show
     from workbench.cli.xprof import xprof
     from workbench.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_PARTIAL
@@ -31,7 +32,7 @@ __all__ = ["EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "EXIT_PARTIAL", "main"]
 """The command group, and the exit codes it ends with (defined in `workbench.errors`)."""
 
 COMMANDS = (capture, profile_variant_child, import_, ls, show, report, rm, xprof, analyze, cost, generate, llm_model,
-            query, ranks)
+            query, ranks, serve)
 """Every command, by module: capture, the child, the traces commands, xprof, analysis, llm, query, ranks."""
 
 

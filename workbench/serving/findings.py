@@ -1,0 +1,124 @@
+"""What a serving run's requests and steps say about why requests were slow, as `Finding`s with their evidence:
+
+- **queueing**: the slowest requests' time to first token is mostly waiting before the step that computed their
+  prompt ("p99 TTFT is queueing: 71% of it before the first prefill step");
+- **prefill interference**: decode steps that share a batch with a prefill take longer than decode-only steps
+  ("decode steps that share a batch with a prefill are 3.2× slower"), and how much of the requests' decode
+  time was spent stalled behind other requests' prefills;
+- **preemption**: the engine preempted requests (its KV cache ran out), from its sampled metrics;
+- **failures**: requests that failed, by error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from workbench.analysis.findings.finding import Finding
+
+SLOW_QUANTILE = 0.99
+"""The slowest requests by TTFT, whose queueing share is reported."""
+MIN_QUEUE_SHARE = 0.5
+"""Queueing is a finding when at least this share of the slow requests' TTFT is spent queued."""
+MIN_SLOWDOWN = 1.25
+"""Mixed steps are a finding when their median is at least this many times the decode-only median."""
+MIN_STEPS = 3
+"""Steps of each kind needed to compare their medians."""
+
+
+def serving_findings(requests: pa.Table | None, steps: pa.Table | None,
+                     counters: pa.Table | None = None) -> list[Finding]:
+    """The findings of one serving run, the largest share first."""
+    found = [f for f in (_queueing(requests), _interference(requests, steps), _preemption(counters),
+                         _failures(requests)) if f is not None]
+    return sorted(found, key=lambda f: -f.time_share)
+
+
+def _column(table: pa.Table, name: str) -> np.ndarray:
+    return np.asarray(table[name].to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def _queueing(requests: pa.Table | None) -> Finding | None:
+    if requests is None or "queued_ns" not in requests.column_names:
+        return None
+    ttft, queued = _column(requests, "ttft_ns"), _column(requests, "queued_ns")
+    known = ~np.isnan(ttft) & ~np.isnan(queued)
+    if not known.any():
+        return None
+    cut = float(np.quantile(ttft[known], SLOW_QUANTILE))
+    slow = known & (ttft >= cut)
+    share = float(queued[slow].sum() / ttft[slow].sum()) if ttft[slow].sum() > 0 else 0.0
+    if share < MIN_QUEUE_SHARE:
+        return None
+    label = f"p{round(SLOW_QUANTILE * 100)}"
+    return Finding(
+        kind="serving-queueing", time_share=share,
+        title=f"{label} TTFT is queueing: {share:.0%} of it before the first prefill step",
+        evidence={"slow_requests": int(slow.sum()), f"{label}_ttft_ms": cut / 1e6,
+                  "queued_ms": float(np.median(queued[slow]) / 1e6), "queued_share": share},
+        suggestion="requests wait for a batch slot: raise --max-num-seqs or the KV-cache size, lower the request "
+                   "rate, or add replicas; check vllm:num_requests_waiting in the counter tracks")
+
+
+def _interference(requests: pa.Table | None, steps: pa.Table | None) -> Finding | None:
+    if steps is None or not steps.num_rows:
+        return None
+    mode = np.asarray(steps["mode"].to_pylist(), dtype=object)
+    dur = steps["dur_ns"].to_numpy().astype(np.float64)
+    mixed, decode = dur[mode == "mixed"], dur[mode == "decode"]
+    if len(mixed) < MIN_STEPS or len(decode) < MIN_STEPS:
+        return None
+    ratio = float(np.median(mixed) / np.median(decode))
+    if ratio < MIN_SLOWDOWN:
+        return None
+    evidence: dict[str, Any] = {"mixed_steps": len(mixed), "decode_steps": len(decode),
+                                "mixed_median_ms": float(np.median(mixed) / 1e6),
+                                "decode_median_ms": float(np.median(decode) / 1e6), "slowdown": ratio}
+    share = float(mixed.sum() / dur.sum())
+    if requests is not None and "stalled_ns" in requests.column_names:
+        stalled, decoding = _column(requests, "stalled_ns"), _column(requests, "decode_ns")
+        known = ~np.isnan(stalled) & ~np.isnan(decoding)
+        if known.any() and decoding[known].sum() > 0:
+            share = float(stalled[known].sum() / decoding[known].sum())
+            evidence["stalled_share_of_decode"] = share
+    return Finding(
+        kind="serving-prefill-interference", time_share=share,
+        title=f"decode steps that share a batch with a prefill are {ratio:.1f}× slower",
+        evidence=evidence,
+        suggestion="a long prefill stretches the decodes batched with it: lower --max-num-batched-tokens (smaller "
+                   "prefill chunks), or separate prefill and decode (disaggregated serving)")
+
+
+def _preemption(counters: pa.Table | None) -> Finding | None:
+    if counters is None or not counters.num_rows:
+        return None
+    names = np.asarray(counters["name"].to_pylist(), dtype=object)
+    values = counters["value"].to_numpy()[names == "vllm:num_preemptions_total"]
+    if len(values) < 2 or values[-1] <= values[0]:
+        return None
+    count = int(values[-1] - values[0])
+    return Finding(kind="serving-preemption", time_share=1.0, title=f"the engine preempted requests {count} times",
+                   evidence={"preemptions": count},
+                   suggestion="the KV cache ran out: give it more memory (VLLM_CPU_KVCACHE_SPACE, "
+                              "--gpu-memory-utilization), lower --max-num-seqs, or shorten contexts")
+
+
+def _failures(requests: pa.Table | None) -> Finding | None:
+    if requests is None or not requests.num_rows:
+        return None
+    status = np.asarray(requests["status"].to_pylist(), dtype=object)
+    failed = status != "ok"
+    if not failed.any():
+        return None
+    errors: dict[str, int] = {}
+    for message in np.asarray(requests["error"].to_pylist(), dtype=object)[failed]:
+        errors[str(message)[:200]] = errors.get(str(message)[:200], 0) + 1
+    share = float(failed.mean())
+    return Finding(kind="serving-failures", time_share=share,
+                   title=f"{int(failed.sum())} of {len(status)} requests failed",
+                   evidence={"failed": int(failed.sum()),
+                             "errors": dict(sorted(errors.items(), key=lambda e: -e[1])[:5])},
+                   suggestion="see the errors: timeouts mean the server is overloaded at this load; 4xx mean the "
+                              "requests do not fit the model (context length, model name)")
