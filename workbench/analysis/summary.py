@@ -8,7 +8,9 @@ from typing import Any
 
 from workbench.analysis.breakdown import kernel_time_by_device, kind_counts, memory_peaks, op_table, phase_window
 from workbench.analysis.noise import latency_noise
+from workbench.serving.graphs import graph_kernels_summary
 from workbench.serving.steps import steps_summary
+from workbench.serving.summary import serving_summary
 from workbench.trace.schema import PHASE_MEASURE
 from workbench.trace.store.bundle import Bundle
 from workbench.trace.store.records import RunInfo, as_run_info
@@ -34,7 +36,10 @@ def run_summary(bundle: Bundle, top: int = 10) -> dict[str, Any]:
     "noise": why the latency samples are noisy (None when they are not),
     "ops": n, "memory_peak_bytes": {device: n}, "latency_ms": {...}, "throughput": {...},
     "numerics": {...}, "llm": {...} | None, "steps": {...} | None (a serving engine's steps,
-    `workbench.serving.steps.steps_summary`), "warnings": [...], "top_ops": [...], "top_kernels": [...]}`; the op
+    `workbench.serving.steps.steps_summary`), "serving": {...} | None (a serving run's or an imported generator
+    result's load, latencies, time split and findings: `workbench.serving.summary`), "graph_kernels": {...} | None
+    (graph-replayed kernels by capture-time op, `workbench.serving.graphs`), "warnings": [...], "top_ops": [...],
+    "top_kernels": [...]}`; the op
     tables cover the `measure` phase of a capture (steady state, not compilation) and the whole trace of an
     import; `warnings` are the trace reader's (`reader_warnings`)."""
     record = bundle.record
@@ -56,6 +61,8 @@ def run_summary(bundle: Bundle, top: int = 10) -> dict[str, Any]:
         "numerics": record.numerics or {},
         "llm": llm_summary(record),
         "steps": None,
+        "serving": None,
+        "graph_kernels": None,
         "warnings": reader_warnings(record),
         "events": {},
         "kernel_ns": {},
@@ -68,7 +75,10 @@ def run_summary(bundle: Bundle, top: int = 10) -> dict[str, Any]:
     if not bundle.has_trace:
         return summary
     trace = bundle.trace()
-    summary["steps"] = steps_summary(bundle.table("steps"))
+    steps = bundle.table("steps")
+    summary["steps"] = steps_summary(steps)
+    summary["serving"] = serving_summary(record.serving, bundle.table("requests"), steps, trace.counters)
+    summary["graph_kernels"] = graph_kernels_summary(bundle.table("graph_kernels"))
     summary["events"] = kind_counts(trace)
     summary["ops"] = summary["events"].get("op", 0)
     summary["kernel_ns"] = kernel_time_by_device(trace)

@@ -28,6 +28,9 @@ from workbench.views.text_tables import Cell, TextTable, cells, format_number
 
 RUN_COLUMNS = ("run", "model", "variant", "device", "status", "p50 ms", "experiment", "created")
 OP_COLUMNS = ("name", "calls", "total ms", "self ms", "device ms", "share")
+GRAPH_COLUMNS = ("op", "kernels", "kernel ms")
+SERVING_COLUMNS = ("metric", "mean", "p50", "p90", "p99")
+PHASE_COLUMNS = ("requests", "queued", "prefill", "decode", "stalled")
 STEP_COLUMNS = ("mode", "steps", "median ms", "p90 ms", "mean batch", "median kernels")
 
 
@@ -201,6 +204,14 @@ def _print_summary(s: dict[str, Any]) -> None:
                                                         row["mean_batch"], row["median_kernels"])
                                                   for mode, row in s["steps"]["by_mode"].items()),
                               left=frozenset({"mode"})))
+    if s.get("serving"):
+        _print_serving(s["serving"])
+    if s.get("graph_kernels"):
+        g = s["graph_kernels"]
+        print_table(TextTable(f"graph-replayed kernels by capture-time op ({g['matched']:,} of {g['kernels']:,} "
+                              f"matched, {g['graph_launches']:,} graph launches)", GRAPH_COLUMNS, tuple(
+                                  cells(row["op"], row["kernels"], row["kernel_ns"] / 1e6) for row in g["by_op"]),
+                              left=frozenset({"op"})), max_widths={"op": 70})
     if s["events"]:
         print_kv("events", {**s["events"], **{f"kernel time {d} (ms)": ns / 1e6 for d, ns in s["kernel_ns"].items()},
                             **{f"memory peak {d} (MiB)": n / 2**20 for d, n in s["memory_peak_bytes"].items()}})
@@ -211,6 +222,24 @@ def _print_summary(s: dict[str, Any]) -> None:
                 cells(row["name"], str(row["calls"]), row["total_ns"] / 1e6, row["self_ns"] / 1e6,
                       row["device_ns"] / 1e6, f"{row['share']:.1%}") for row in rows), left=frozenset({"name"})),
                 no_wrap=OP_COLUMNS, max_widths={"name": 70})
+
+
+def _print_serving(serving: dict[str, Any]) -> None:
+    """A serving run's latencies (ms), throughput and goodput, where its requests' time went, and its findings."""
+    m = serving["metrics"]
+    print_table(TextTable(f"latency ms ({m['ok']:,}/{m['requests']:,} ok)", SERVING_COLUMNS,
+                          tuple(cells(name.upper(), *(m[name].get(k) for k in ("mean", "p50", "p90", "p99")))
+                                for name in ("ttft", "tpot", "itl", "e2e") if m.get(name)),
+                          left=frozenset({"metric"})))
+    print_kv("throughput", {"requests/s": m.get("request_throughput"), "output tokens/s":
+                            m.get("output_token_throughput"), "goodput requests/s": m.get("goodput"),
+                            "goodput share": m.get("goodput_fraction")})
+    if serving.get("phases_ms"):
+        print_table(TextTable("time split, median ms", PHASE_COLUMNS, tuple(
+            cells(group.replace("_", " "), *phases.values()) for group, phases in serving["phases_ms"].items()),
+            left=frozenset({"requests"})))
+    for finding in serving["findings"]:
+        out.print(labelled("finding:", "cyan", f"{finding['title']} — {finding['suggestion']}"))
 
 
 @click.command()
