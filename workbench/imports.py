@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from workbench.errors import TraceFormatError
 from workbench.paths import checked_root
@@ -21,6 +22,7 @@ from workbench.runner import BundleFiles, NullProgress, RunFailure, Runner
 from workbench.storage import location
 from workbench.trace import Trace, read_trace
 from workbench.trace.ranks.tasks import import_info
+from workbench.trace.schema import EVENTS
 from workbench.trace.store.bundle import new_run_id
 from workbench.trace.store.records import RunInfo
 
@@ -28,16 +30,71 @@ _SPECIAL_FILES = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", st
                   stat.S_IFSOCK: "a socket"}
 
 
-def import_traces(paths: Sequence[str | os.PathLike[str]], root: str | os.PathLike[str]) -> list[str]:
+def import_traces(paths: Sequence[str | os.PathLike[str]], root: str | os.PathLike[str], *,
+                  requests: str | os.PathLike[str] | None = None,
+                  graph_capture: str | os.PathLike[str] | None = None) -> list[str]:
     """Read every trace, then write one bundle per file (raw copied in); return the new run ids.
+
+    A load generator's per-request results (AIPerf, vllm bench, GuideLLM; `workbench.serving.requests`) given as
+    a file become a bundle of their `requests` alone; given as `requests` beside one engine trace, they join it,
+    on its clock, and to its steps. `graph_capture` (a capture trace, or a folder holding one) attributes the
+    kernels the traces' CUDA/HIP graph launches replay to the ops that launched them at capture time.
 
     A file that cannot be read (or is no regular file or folder: a FIFO would block the reader) raises
     `TraceFormatError` before anything is written.
     """
     root = checked_root(root, writing=True)
-    runs = [_Imported(path, read_trace(path), new_run_id("import", _stem(path))) for path in map(_regular, paths)]
+    capture = None if graph_capture is None else read_trace(_capture_file(Path(graph_capture)))
+    runs = [_read(path, capture) for path in map(_regular, paths)]
+    if requests is not None:
+        traces = [run for run in runs if "requests" not in run.tables]
+        if len(traces) != 1:
+            raise TraceFormatError(requests, "--requests joins one engine trace: give exactly one trace file")
+        _join_requests(traces[0], _regular(requests))
     _Importer(root, "import", runs).run()
     return [run.run_id for run in runs]
+
+
+def _read(path: Path, capture: Trace | None) -> _Imported:
+    """One file as a run: a generator's results as a bundle of requests, else a trace (with its graph kernels)."""
+    from workbench.serving.requests import is_requests_file, read_requests
+
+    if is_requests_file(path):
+        results = read_requests(path)
+        trace = Trace(events=EVENTS.empty_table(), metadata={"origin_ns": results.origin_ns or 0, "source": {
+            "format": results.source, "file": str(path)}, "reader": {"warnings": results.warnings}})
+        return _Imported(path, trace, new_run_id("import", _stem(path)), {"requests": results.table})
+    trace = read_trace(path)
+    tables = {}
+    if capture is not None:
+        from workbench.serving.graphs import graph_kernels
+
+        if (table := graph_kernels(trace, capture)) is not None:
+            tables["graph_kernels"] = table
+    return _Imported(path, trace, new_run_id("import", _stem(path)), tables)
+
+
+def _join_requests(run: _Imported, path: Path) -> None:
+    """Put a generator's results on `run`'s trace clock and join them to its engine steps."""
+    from workbench.serving.join import with_phases
+    from workbench.serving.requests import read_requests
+    from workbench.serving.steps import engine_steps
+    from workbench.trace.ranks.multirank import absolute_origin_ns
+
+    results = read_requests(path, origin_ns=absolute_origin_ns(run.trace))
+    run.tables["requests"] = with_phases(results.table, engine_steps(run.trace))
+    run.extra_raw = (path,)
+
+
+def _capture_file(path: Path) -> Path:
+    """A graph-capture trace: the file given, or the one trace in the folder given (vLLM writes them into
+    `capture_traces/`)."""
+    if not path.is_dir():
+        return path
+    found = sorted(p for p in path.rglob("*") if p.name.endswith((".trace.json", ".json.gz")) and p.is_file())
+    if len(found) != 1:
+        raise TraceFormatError(path, f"--graph-capture folder holds {len(found)} traces; give the capture trace file")
+    return found[0]
 
 
 def import_ranks(folder: str | os.PathLike[str], root: str | os.PathLike[str], workers: int | None = None,
@@ -57,6 +114,8 @@ class _Imported(RunFailure):
     path: Path
     trace: Trace
     run_id: str
+    tables: dict[str, Any] = field(default_factory=dict)
+    extra_raw: tuple[Path, ...] = ()
 
     @property
     def name(self) -> str:
@@ -86,7 +145,7 @@ class _Importer(Runner[_Imported, _Imported]):
         return import_info(run.run_id, run.trace, location(run.path))
 
     def bundle_files(self, run: _Imported) -> BundleFiles:
-        return BundleFiles(raw_files=(run.path,), move_raw=False)
+        return BundleFiles(raw_files=(run.path, *run.extra_raw), move_raw=False, tables=run.tables)
 
     def result(self, run: _Imported, path: Path) -> _Imported:
         return run

@@ -49,16 +49,27 @@ STEP_COLUMNS = ("mode", "steps", "median ms", "p90 ms", "mean batch", "median ke
                    "is reported and the others kept (exit code 1).")
 @click.option("--strict", is_flag=True,
               help="With --ranks: stop at the first rank that fails, naming its file, and write nothing (exit 2).")
+@click.option("--requests", "requests_file", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              metavar="FILE",
+              help="A load generator's per-request results (AIPerf profile_export.jsonl, vllm bench serve "
+                   "--save-detailed JSON, GuideLLM benchmarks.json) of the load the one engine trace given recorded: "
+                   "joined to its steps, on its clock.")
+@click.option("--graph-capture", default=None, type=click.Path(path_type=Path), metavar="FILE|DIR",
+              help="The engine's CUDA/HIP graph-capture trace (or its capture_traces/ folder): kernels replayed by "
+                   "graph launches are attributed to the ops that launched them at capture time.")
 @click.option("--out", "out_dir", default=None, metavar="DIR|URL",
               help="Traces root (default: $WORKBENCH_TRACES or ./traces); with --ranks also an fsspec URL.")
 @json_option
 def import_(files: tuple[Path, ...], ranks_dir: str | None, align: str, cluster: str, strict: bool,
-            out_dir: str | None, as_json: bool) -> None:
+            requests_file: Path | None, graph_capture: Path | None, out_dir: str | None, as_json: bool) -> None:
     """Make bundles from traces captured elsewhere (Kineto/Chrome JSON or .json.gz, XSpace .xplane.pb or a
-    plugins/profile folder, Nsight Systems SQLite); prints the run ids."""
+    plugins/profile folder, Nsight Systems SQLite) or from a load generator's per-request results (AIPerf,
+    vllm bench serve, GuideLLM); prints the run ids."""
     from workbench.imports import import_traces
     from workbench.storage import is_url
 
+    if ranks_dir is not None and (requests_file or graph_capture):
+        raise click.UsageError("--requests and --graph-capture apply to trace files, not to --ranks")
     if ranks_dir is not None:
         _import_ranks(files, ranks_dir, align, cluster, strict, out_dir, as_json)
         return
@@ -74,7 +85,7 @@ def import_(files: tuple[Path, ...], ranks_dir: str | None, align: str, cluster:
     with errors():
         root = checked_root(out_dir, writing=True)
     with errors(), reading_status("reading traces", as_json):
-        run_ids = import_traces(files, root)
+        run_ids = import_traces(files, root, requests=requests_file, graph_capture=graph_capture)
     _print_warnings(run_ids, root)
     if as_json:
         print_json(run_ids)

@@ -181,6 +181,20 @@ class _Rows:
         self.tokens.append(tokens)
 
 
+def is_requests_file(path: str | Path) -> bool:
+    """Whether `path` looks like a load generator's results rather than a trace, from its first 64 KiB: an AIPerf
+    record, or a JSON object with vllm bench's or GuideLLM's leading keys and no trace events."""
+    try:
+        with Path(path).open("rb") as file:
+            head = file.read(_SNIFF_BYTES).lstrip(b"\xef\xbb\xbf \t\r\n")
+    except OSError:
+        return False
+    if _AIPERF_START.match(head):
+        return True
+    return head.startswith(b"{") and b'"traceEvents"' not in head and any(
+        key in head for key in (b'"request_throughput"', b'"benchmarks"', b'"ttfts"'))
+
+
 def read_requests(path: str | Path, origin_ns: int | None = None, *, benchmark: int | None = None
                   ) -> RequestResults:
     """The per-request results in `path` (format told from the content: see the module docstring), times from
