@@ -2,7 +2,8 @@
 inline) and each analysis as a function returning a DataFrame: `wb.roofline`, `wb.findings`, `wb.idle`,
 `wb.diff`, `wb.fusion`, `wb.fusion_detail`, and SQL over runs, `wb.sql`. The ranks of a distributed job:
 `wb.ranks` (the per-rank table), `wb.show_ranks` (its view). A sweep (`wb.capture(batch=[1, 2, 4],
-seq=[128, 512])`) has its curves as DataFrames: `wb.sweep_table`, `wb.crossovers`, `wb.pareto`.
+seq=[128, 512])`) has its curves as DataFrames: `wb.sweep_table`, `wb.crossovers`, `wb.pareto`. Serving runs
+(`workbench serve`) have their views in `wb.show_serving`.
 
 A run is named as everywhere: a run id (under `root`, default `$WORKBENCH_TRACES` or ./traces), a bundle
 path, a `Bundle`, or what `wb.capture` returned (a list of bundles; a one-run function takes a list of
@@ -233,6 +234,21 @@ def show_ranks(experiment: str, root: str | Path | None = None, *, cluster: str 
     from workbench.views.ranks import ranks_view
 
     _render(ranks_view(_rank_aggregates(experiment, root, cluster, threshold), threshold=threshold))
+
+
+def show_serving(runs: RunRef | Sequence[RunRef], root: str | Path | None = None) -> None:
+    """Render the serving views of serving runs (`workbench serve`): one run's request waterfall, engine steps
+    and server metrics on one clock; for a sweep (an experiment id, or several runs) its throughput–latency
+    curves, goodput and Pareto front first (`workbench.views.serving`)."""
+    from workbench.errors import WorkbenchError
+    from workbench.views.serving import serving_layout
+
+    bundles = _bundles(runs, root)
+    layout = serving_layout(bundles)
+    if layout is None:
+        raise WorkbenchError(f"wb.show_serving: no serving run among {', '.join(b.run_id for b in bundles)} "
+                             "(record them with `workbench serve`)")
+    _render(layout)
 
 
 def _rank_aggregates(experiment: str, root: str | Path | None, cluster: str, threshold: float) -> Any:

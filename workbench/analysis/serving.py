@@ -27,6 +27,8 @@ MAX_TOKEN_TICKS = 20_000
 """Token arrival ticks the waterfall draws at most."""
 MAX_STEPS = 20_000
 """Engine steps the step lane draws at most."""
+MAX_FLIGHT_POINTS = 4_000
+"""Points each series of the requests-in-flight track has at most (the maximum per time bin when more)."""
 SERVER_DEVICE = "server"
 """The `device` of the sampled server metrics in the counters table (`workbench.serving.metrics_sampler.DEVICE`)."""
 
@@ -94,11 +96,12 @@ def _texts(table: pa.Table, name: str) -> np.ndarray:
     return np.array(["" if v is None else str(v) for v in table[name].to_pylist()], dtype=object)
 
 
-def waterfall(requests: pa.Table | None, *, max_rows: int = MAX_WATERFALL_ROWS,
-              max_ticks: int = MAX_TOKEN_TICKS) -> Waterfall:
+def waterfall(requests: pa.Table | None, *, max_rows: int | None = None, max_ticks: int | None = None) -> Waterfall:
     """The waterfall of a `requests` table: the requests with an arrival time, at most `max_rows` of them (the
     slowest end to end, failed first, when there are more), by arrival; their bars (`PHASES`) and at most
-    `max_ticks` token ticks."""
+    `max_ticks` token ticks (by default `MAX_WATERFALL_ROWS` and `MAX_TOKEN_TICKS`)."""
+    max_rows = MAX_WATERFALL_ROWS if max_rows is None else max_rows
+    max_ticks = MAX_TOKEN_TICKS if max_ticks is None else max_ticks
     empty = Waterfall(pd.DataFrame(columns=["y"]), pd.DataFrame(columns=["y", "left", "right", "phase"]),
                       pd.DataFrame({"x": [], "y": []}), 0, 0)
     if requests is None or not requests.num_rows:
@@ -182,9 +185,10 @@ def _ticks(kept: pa.Table, max_ticks: int) -> tuple[pd.DataFrame, int]:
     return pd.DataFrame({"x": x[known], "y": y[known]}), total
 
 
-def step_lane(steps: pa.Table | None, *, max_steps: int = MAX_STEPS) -> tuple[pd.DataFrame, int]:
-    """The engine steps to draw (the longest `max_steps` when there are more, by start) with their batch
-    figures, and how many there were. `top` is the batch's requests (1 where unknown)."""
+def step_lane(steps: pa.Table | None, *, max_steps: int | None = None) -> tuple[pd.DataFrame, int]:
+    """The engine steps to draw (the longest `max_steps`, default `MAX_STEPS`, when there are more, by start)
+    with their batch figures, and how many there were. `top` is the batch's requests (1 where unknown)."""
+    max_steps = MAX_STEPS if max_steps is None else max_steps
     columns = ["step", "left", "right", "dur_ms", "mode", "top", "prefill_requests", "prefill_tokens",
                "decode_requests", "scheduled_tokens", "batch_requests", "kernels", "kernel_ms"]
     if steps is None or not steps.num_rows:
@@ -241,6 +245,43 @@ def counter_tracks(counters: pa.Table | None) -> list[tuple[str, str, pd.DataFra
         if frames:
             tracks.append((title, unit, pd.concat(frames, ignore_index=True)))
     return tracks
+
+
+def in_flight(requests: pa.Table | None, *, max_points: int | None = None) -> tuple[pd.DataFrame, float]:
+    """Every request's state over time from the generator's own times, exact where the samples of the server's
+    gauges are coarse: how many requests were waiting for their first token (arrival → first token, or → end
+    without one) and how many were streaming (first token → end), as (ts_ns, value, series) after each change.
+    Past `max_points` (default `MAX_FLIGHT_POINTS`) changes a series is binned: each bin's maximum at its start.
+    Returns the frame and the bin width in ns (0 when not binned)."""
+    max_points = MAX_FLIGHT_POINTS if max_points is None else max_points
+    empty = pd.DataFrame({"ts_ns": [], "value": [], "series": []})
+    if requests is None or not requests.num_rows:
+        return empty, 0.0
+    arrival, first, end = (_floats(requests, f"{c}_ns") for c in ("arrival", "first_token", "end"))
+    known = ~np.isnan(arrival) & ~np.isnan(end)
+    streaming = known & ~np.isnan(first)
+    spans = {"waiting for first token": (arrival[known], np.where(np.isnan(first), end, first)[known]),
+             "streaming": (first[streaming], end[streaming])}
+    if not known.any():
+        return empty, 0.0
+    lo, hi = float(arrival[known].min()), float(end[known].max())
+    width = 0.0
+    frames = []
+    for series, (begin, stop) in spans.items():
+        times = np.concatenate([begin, stop])
+        steps = np.concatenate([np.ones(len(begin)), -np.ones(len(stop))])
+        order = np.lexsort((steps, times))  # at one instant, ends before starts
+        times, values = times[order], np.cumsum(steps[order])
+        times, values = np.concatenate([[lo], times]), np.concatenate([[0.0], values])
+        if len(times) > max_points:
+            width = max((hi - lo) / max(max_points - 1, 1), 1.0)
+            bins = np.minimum(((times - lo) // width).astype(np.int64), max_points - 1)
+            peak = pd.Series(values).groupby(bins).max()
+            carried = pd.Series(values).groupby(bins).last().reindex(range(max_points)).ffill().shift(1)
+            top = pd.concat([peak.reindex(range(max_points)), carried], axis=1).max(axis=1).fillna(0.0)
+            times, values = lo + np.arange(max_points) * width, top.to_numpy()
+        frames.append(pd.DataFrame({"ts_ns": times, "value": values, "series": series}))
+    return pd.concat(frames, ignore_index=True), width
 
 
 LATENCY_METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pyarrow as pa
 
 from workbench.errors import WorkbenchError
@@ -26,7 +27,7 @@ from workbench.serving import load as loads
 from workbench.serving.engine import Endpoint, EngineError, describe, engine_worker_traces, profiler_call, trace_files
 from workbench.serving.join import with_phases
 from workbench.serving.metrics import latency_summary
-from workbench.serving.metrics_sampler import MetricsSampler, counters_table
+from workbench.serving.metrics_sampler import MetricsSampler, counters_table, engine_series
 from workbench.serving.requests import read_requests
 from workbench.serving.steps import engine_steps
 from workbench.trace import Trace
@@ -40,6 +41,8 @@ from workbench.trace.store.staging import staged
 WINDOW_KINDS = ("load", "requests", "seconds", "off")
 SUCCESS_SERIES = ("vllm:request_success_total", "sglang:num_requests_total")
 """The engines' count of finished requests, which closes a `requests:N` profiling window."""
+WINDOW_POLL_S = 0.05
+"""How often a `requests:N` window reads the engine's count of finished requests."""
 
 
 @dataclass(frozen=True)
@@ -118,9 +121,6 @@ def serve(endpoint: Endpoint, points: list[loads.Load], options: ServeOptions, r
         raise WorkbenchError("a profiling window needs the engine's profiler folder: launch the engine with "
                              "`workbench serve --engine vllm`, or give --profile-dir of the server's "
                              "torch_profiler_dir (or --profile-window off)")
-    if options.window.kind == "requests" and options.metrics_period_s <= 0:
-        raise WorkbenchError("--profile-window requests:N counts finished requests from the engine's metrics; "
-                             "keep --metrics-period above 0")
     experiment_id = new_run_id("serve", options.model.get("name", "model")) if len(points) > 1 else None
     results: list[PointResult] = []
     with staged(root, experiment_id or "serve") as stage:
@@ -145,7 +145,7 @@ def _run_point(endpoint: Endpoint, point: loads.Load, options: ServeOptions, sta
         origin_ns = time.time_ns()
         started = time.time()
         sampler = MetricsSampler(endpoint.url, options.metrics_period_s).start() if options.metrics_period_s else None
-        window = _Window(endpoint, options.window, sampler).start()
+        window = _Window(endpoint, options.window).start()
         generator_error = None
         try:
             loads.run_generator(_command(endpoint, point, options, work), work / "generator", point.timeout_s)
@@ -212,11 +212,11 @@ def _engine_trace(options: ServeOptions, since: float, origin_ns: int,
 
 class _Window:
     """The engine's profiler, opened at the start of a point and closed when its window ends (in a thread, for
-    `requests:N` and `seconds:S`) or when the load ends, whichever is first. Failures are kept in `errors`: the
-    load goes on without a trace."""
+    `requests:N`, read from the engine's metrics every WINDOW_POLL_S, and `seconds:S`) or when the load ends,
+    whichever is first. Failures are kept in `errors`: the load goes on without a trace."""
 
-    def __init__(self, endpoint: Endpoint, window: ProfileWindow, sampler: MetricsSampler | None) -> None:
-        self.endpoint, self.window, self.sampler = endpoint, window, sampler
+    def __init__(self, endpoint: Endpoint, window: ProfileWindow) -> None:
+        self.endpoint, self.window = endpoint, window
         self.errors: list[str] = []
         self._open = False
         self._lock = threading.Lock()
@@ -247,14 +247,19 @@ class _Window:
         if self.window.kind == "seconds":
             self._done.wait(self.window.value)
         else:
-            base = self._finished()
-            while not self._done.wait(0.1) and self._finished() - base < self.window.value:
-                pass
+            with httpx.Client(timeout=2.0) as client:
+                base = self._finished(client)
+                while not self._done.wait(WINDOW_POLL_S) and self._finished(client) - base < self.window.value:
+                    pass
         self._stop()
 
-    def _finished(self) -> float:
-        values = [self.sampler.latest(name) for name in SUCCESS_SERIES] if self.sampler else []
-        return sum(v for v in values if v is not None)
+    def _finished(self, client: httpx.Client) -> float:
+        """The engine's count of finished requests (0 when its metrics cannot be read)."""
+        try:
+            series = engine_series(client.get(f"{self.endpoint.url}/metrics").text)
+        except (httpx.HTTPError, ValueError):
+            return 0.0
+        return sum(series.get(name, 0.0) for name in SUCCESS_SERIES)
 
     def _stop(self) -> None:
         with self._lock:
