@@ -125,7 +125,10 @@ def serve(engine: str, engine_python: str | None, url: str | None, model_ref: st
                                "workbench tells it)")
     with errors():
         window = ProfileWindow.parse(profile_window or ("load" if url is None or profile_dir else "off"))
-        bounds = parse_slo(slo) if slo else None
+        try:
+            bounds = parse_slo(slo) if slo else None
+        except WorkbenchError as exc:
+            raise click.BadParameter(str(exc), param_hint="--slo") from None
         shape = {"requests": requests, "arrival": arrival, "isl": isl, "isl_stddev": isl_stddev, "osl": osl,
                  "osl_stddev": osl_stddev, "sessions": sessions, "turns": turns, "shared_prefix": shared_prefix,
                  "endpoint": endpoint, "timeout_s": max(600.0, requests * 10.0)}
