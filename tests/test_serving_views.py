@@ -116,14 +116,15 @@ def titles(layout) -> list[str]:
     return [fig.title.text for fig in layout.select({"type": Plot}) if fig.title is not None]
 
 
-def test_waterfall_joined_to_steps_has_queued_prefill_decode_and_ticks():
+def test_waterfall_joined_to_steps_has_queued_prefill_delivery_decode_and_ticks():
     requests = make_requests(3)
     flow = waterfall(with_phases(requests, make_steps(3)))
     assert list(flow.requests["id"]) == ["req-0", "req-1", "req-2"]
     first = flow.segments[flow.segments["y"] == 0].set_index("phase")
-    assert set(first.index) == {"queued", "prefill", "decode"}
+    assert set(first.index) == {"queued", "prefill", "delivery", "decode"}
     assert first.loc["queued", "left"] == 0 and first.loc["queued", "right"] == MS  # arrival → prefill step start
-    assert first.loc["prefill", "right"] == 2 * MS  # → first token
+    assert first.loc["prefill", "right"] == MS + MS * 9 // 10  # the prefill step's end
+    assert first.loc["delivery", "right"] == 2 * MS  # → first token at the client
     assert first.loc["decode", "left"] == 2 * MS and first.loc["decode", "right"] == 6 * MS
     assert len(flow.ticks) == 12 and set(flow.ticks["y"]) == {0.0, 1.0, 2.0}
     assert flow.note == "" and flow.ticks_note == ""

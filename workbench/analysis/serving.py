@@ -32,7 +32,7 @@ MAX_FLIGHT_POINTS = 4_000
 SERVER_DEVICE = "server"
 """The `device` of the sampled server metrics in the counters table (`workbench.serving.metrics_sampler.DEVICE`)."""
 
-PHASES = ("queued", "prefill", "to first token", "decode", "failed")
+PHASES = ("queued", "prefill", "delivery", "to first token", "decode", "failed")
 """The waterfall's bar kinds: queued, prefill and decode where the request was joined to the engine's steps
 (`workbench.serving.join`), else arrival → first token ("to first token") and decode; a failed request is one
 bar from arrival to its end."""
@@ -136,7 +136,8 @@ def _request_rows(kept: pa.Table) -> pd.DataFrame:
         "prompt_tokens": _floats(kept, "prompt_tokens"), "output_tokens": _floats(kept, "output_tokens"),
         "ttft_ms": _floats(kept, "ttft_ns") / 1e6, "tpot_ms": _floats(kept, "tpot_ns") / 1e6,
         "e2e_ms": _floats(kept, "e2e_ns") / 1e6, "queued_ms": _floats(kept, "queued_ns") / 1e6,
-        "prefill_ms": _floats(kept, "prefill_ns") / 1e6, "decode_ms": _floats(kept, "decode_ns") / 1e6,
+        "prefill_ms": _floats(kept, "prefill_ns") / 1e6, "delivery_ms": _floats(kept, "delivery_ns") / 1e6,
+        "decode_ms": _floats(kept, "decode_ns") / 1e6,
         "stalled_ms": _floats(kept, "stalled_ns") / 1e6, "steps": _floats(kept, "steps"),
         "first_step": _floats(kept, "first_step"), "last_step": _floats(kept, "last_step"),
     })
@@ -145,8 +146,9 @@ def _request_rows(kept: pa.Table) -> pd.DataFrame:
 
 
 def _segments(rows: pd.DataFrame) -> pd.DataFrame:
-    """The bars of the drawn requests: queued, prefill, decode where joined to steps; arrival → first token and
-    decode where not; one failed bar for a failed request."""
+    """The bars of the drawn requests: queued, prefill (the step), delivery (its end → the first token at the
+    client), decode where joined to steps; arrival → first token and decode where not; one failed bar for a
+    failed request."""
     a, first, end = rows["arrival_ns"].to_numpy(), rows["first_token_ns"].to_numpy(), rows["end_ns"].to_numpy()
     queued, prefill = rows["queued_ms"].to_numpy() * 1e6, rows["prefill_ms"].to_numpy() * 1e6
     failed = rows["failed"].to_numpy()
@@ -154,7 +156,8 @@ def _segments(rows: pd.DataFrame) -> pd.DataFrame:
     unjoined = ~failed & ~joined & ~np.isnan(first)
     no_token = ~failed & np.isnan(first)
     parts = [
-        ("queued", joined, a, a + queued), ("prefill", joined, a + queued, first),
+        ("queued", joined, a, a + queued), ("prefill", joined, a + queued, a + queued + prefill),
+        ("delivery", joined, a + queued + prefill, first),
         ("to first token", unjoined, a, first), ("decode", (joined | unjoined), first, end),
         ("to first token", no_token, a, end), ("failed", failed, a, end),
     ]

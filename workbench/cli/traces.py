@@ -30,7 +30,7 @@ RUN_COLUMNS = ("run", "model", "variant", "device", "status", "p50 ms", "experim
 OP_COLUMNS = ("name", "calls", "total ms", "self ms", "device ms", "share")
 GRAPH_COLUMNS = ("op", "kernels", "kernel ms")
 SERVING_COLUMNS = ("metric", "mean", "p50", "p90", "p99")
-PHASE_COLUMNS = ("requests", "queued", "prefill", "decode", "stalled")
+PHASE_COLUMNS = ("requests", "queued", "prefill", "delivery", "decode", "stalled")
 STEP_COLUMNS = ("mode", "steps", "median ms", "p90 ms", "mean batch", "median kernels")
 
 

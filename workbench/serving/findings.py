@@ -2,6 +2,8 @@
 
 - **queueing**: the slowest requests' time to first token is mostly waiting before the step that computed their
   prompt ("p99 TTFT is queueing: 71% of it before the first prefill step");
+- **delivery**: it is mostly after that step ended, before the token reached the client (the API server's
+  detokenizing and streaming lag the engine);
 - **prefill interference**: decode steps that share a batch with a prefill take longer than decode-only steps
   ("decode steps that share a batch with a prefill are 3.2× slower"), and how much of the requests' decode
   time was spent stalled behind other requests' prefills;
@@ -31,8 +33,8 @@ MIN_STEPS = 3
 def serving_findings(requests: pa.Table | None, steps: pa.Table | None,
                      counters: pa.Table | None = None) -> list[Finding]:
     """The findings of one serving run, the largest share first."""
-    found = [f for f in (_queueing(requests), _interference(requests, steps), _preemption(counters),
-                         _failures(requests)) if f is not None]
+    found = [f for f in (_queueing(requests), _delivery(requests), _interference(requests, steps),
+                         _preemption(counters), _failures(requests)) if f is not None]
     return sorted(found, key=lambda f: -f.time_share)
 
 
@@ -40,26 +42,49 @@ def _column(table: pa.Table, name: str) -> np.ndarray:
     return np.asarray(table[name].to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
-def _queueing(requests: pa.Table | None) -> Finding | None:
-    if requests is None or "queued_ns" not in requests.column_names:
+def _slow_share(requests: pa.Table | None, part: str) -> tuple[float, dict[str, Any]] | None:
+    """The share of the slowest requests' TTFT (SLOW_QUANTILE and up) spent in `part` (a join column), with the
+    evidence; None without joined requests."""
+    if requests is None or part not in requests.column_names:
         return None
-    ttft, queued = _column(requests, "ttft_ns"), _column(requests, "queued_ns")
-    known = ~np.isnan(ttft) & ~np.isnan(queued)
+    ttft, spent = _column(requests, "ttft_ns"), _column(requests, part)
+    known = ~np.isnan(ttft) & ~np.isnan(spent)
     if not known.any():
         return None
     cut = float(np.quantile(ttft[known], SLOW_QUANTILE))
     slow = known & (ttft >= cut)
-    share = float(queued[slow].sum() / ttft[slow].sum()) if ttft[slow].sum() > 0 else 0.0
-    if share < MIN_QUEUE_SHARE:
-        return None
+    share = float(spent[slow].sum() / ttft[slow].sum()) if ttft[slow].sum() > 0 else 0.0
     label = f"p{round(SLOW_QUANTILE * 100)}"
+    return share, {"slow_requests": int(slow.sum()), f"{label}_ttft_ms": cut / 1e6,
+                   f"{part.removesuffix('_ns')}_ms": float(np.median(spent[slow]) / 1e6), "share": share}
+
+
+def _queueing(requests: pa.Table | None) -> Finding | None:
+    found = _slow_share(requests, "queued_ns")
+    if found is None or found[0] < MIN_QUEUE_SHARE:
+        return None
+    share, evidence = found
     return Finding(
         kind="serving-queueing", time_share=share,
-        title=f"{label} TTFT is queueing: {share:.0%} of it before the first prefill step",
-        evidence={"slow_requests": int(slow.sum()), f"{label}_ttft_ms": cut / 1e6,
-                  "queued_ms": float(np.median(queued[slow]) / 1e6), "queued_share": share},
+        title=f"p{round(SLOW_QUANTILE * 100)} TTFT is queueing: {share:.0%} of it before the first prefill step",
+        evidence=evidence,
         suggestion="requests wait for a batch slot: raise --max-num-seqs or the KV-cache size, lower the request "
                    "rate, or add replicas; check vllm:num_requests_waiting in the counter tracks")
+
+
+def _delivery(requests: pa.Table | None) -> Finding | None:
+    found = _slow_share(requests, "delivery_ns")
+    if found is None or found[0] < MIN_QUEUE_SHARE:
+        return None
+    share, evidence = found
+    return Finding(
+        kind="serving-delivery", time_share=share,
+        title=f"p{round(SLOW_QUANTILE * 100)} TTFT is delivery: {share:.0%} of it after the prefill step ended, "
+              "before the token reached the client",
+        evidence=evidence,
+        suggestion="the engine computed the token long before the client saw it: the API server is starved "
+                   "(detokenizing, streaming; on a CPU it shares cores with the engine) or the network is slow: "
+                   "give the API process its own cores (--api-server-count, taskset) or stream in larger chunks")
 
 
 def _interference(requests: pa.Table | None, steps: pa.Table | None) -> Finding | None:

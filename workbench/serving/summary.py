@@ -12,7 +12,7 @@ import pyarrow as pa
 from workbench.serving.findings import serving_findings
 from workbench.serving.metrics import latency_summary
 
-PHASES = ("queued_ns", "prefill_ns", "decode_ns", "stalled_ns")
+PHASES = ("queued_ns", "prefill_ns", "delivery_ns", "decode_ns", "stalled_ns")
 
 
 def serving_summary(serving: dict[str, Any] | None, requests: pa.Table | None, steps: pa.Table | None,
@@ -33,8 +33,8 @@ def _source(requests: pa.Table) -> str | None:
 
 
 def phase_split(requests: pa.Table) -> dict[str, dict[str, float]] | None:
-    """Median queued, prefill, decode and stalled-behind-prefill time (ms) of all requests joined to steps, and
-    of the slowest 1% by TTFT; None when no request was joined."""
+    """Median queued, prefill, delivery, decode and stalled-behind-prefill time (ms) of all requests joined to
+    steps, and of the slowest 1% by TTFT; None when no request was joined."""
     if "queued_ns" not in requests.column_names:
         return None
     values = {name: np.asarray(requests[name].to_numpy(zero_copy_only=False), dtype=np.float64) for name in PHASES}

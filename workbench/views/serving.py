@@ -63,8 +63,8 @@ from workbench.views._table import data_table, frame_source
 
 SERVING = "serving"
 """The record kind of a serving run's bundles."""
-PHASE_COLORS = {"queued": "#bdbdbd", "prefill": "#dd8452", "to first token": "#f3c69f", "decode": "#4c72b0",
-                "failed": "#d62728"}
+PHASE_COLORS = {"queued": "#bdbdbd", "prefill": "#dd8452", "delivery": "#55a868", "to first token": "#f3c69f",
+                "decode": "#4c72b0", "failed": "#d62728"}
 """Colour of each waterfall bar kind (`workbench.analysis.serving.PHASES`)."""
 MODE_COLORS = {"prefill": "#dd8452", "decode": "#4c72b0", "mixed": "#8172b2", "extend": "#dd8452",
                "unknown": "#b0b0b0"}
@@ -244,7 +244,8 @@ def waterfall_figure(flow, x_range: Range1d, *, width: int = 1100):
         ("request", "@id (#@request{0})"), ("status", "@status @error"), ("bar", "@phase: @phase_ms{0,0.000} ms"),
         ("tokens", "@prompt_tokens{0,0} in, @output_tokens{0,0} out"), ("TTFT", "@ttft_ms{0,0.000} ms"),
         ("TPOT", "@tpot_ms{0,0.000} ms"), ("E2E", "@e2e_ms{0,0.000} ms"),
-        ("queued / prefill / decode", "@queued_ms{0,0.000} / @prefill_ms{0,0.000} / @decode_ms{0,0.000} ms"),
+        ("queued / prefill / delivery / decode",
+         "@queued_ms{0,0.000} / @prefill_ms{0,0.000} / @delivery_ms{0,0.000} / @decode_ms{0,0.000} ms"),
         ("stalled behind prefill", "@stalled_ms{0,0.000} ms"), ("steps", "@steps{0,0} (@first_step{0}–@last_step{0})"),
     ]))
     fig.legend.items.append(LegendItem(label="token", renderers=[ticks]))
