@@ -9,7 +9,7 @@ EXTRAS ?= dev
 JOBS   ?= auto
 STAMP  := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: setup demo test lint bench-ingest bench-report bench-llm bench-viewer bench-models bench-ranks clean
+.PHONY: setup serving demo test lint bench-ingest bench-report bench-llm bench-viewer bench-models bench-ranks clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -19,6 +19,13 @@ $(STAMP): pyproject.toml
 	touch $@
 
 setup: $(STAMP)
+
+## The serving environments (vLLM's CPU build and NVIDIA AIPerf, each in its own venv under .serving/; ~10 minutes
+## the first time): `workbench serve` launches the engine and the load generator from them.
+serving: .serving/.installed
+
+.serving/.installed: scripts/serving-env
+	scripts/serving-env .serving
 
 ## Capture the default experiment (tiny-gpt; eager, bf16, compile, int8), print its summary, write its report.
 demo: setup
