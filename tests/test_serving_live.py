@@ -170,3 +170,13 @@ def _generator_running(pid: int) -> bool:
         return any("aiperf" in " ".join(c.cmdline()) for c in psutil.Process(pid).children(recursive=True))
     except psutil.Error:
         return False
+
+
+def test_the_notebook_serves_the_same_way(server: dict, tmp_path: Path):
+    import workbench.notebook as wb
+
+    bundles = wb.serve(server["endpoint"].url, tokenizer=str(server["folder"]), rate=[16], requests=4, isl=16, osl=4,
+                       root=tmp_path, show=False, profile_dir=server["profile_dir"], window="load", aiperf=str(AIPERF))
+    (bundle,) = bundles
+    assert bundle.record.kind == "serving" and bundle.table("requests").num_rows == 4
+    assert sum(s["prefill_requests"] for s in bundle.table("steps").to_pylist()) == 4

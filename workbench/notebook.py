@@ -3,7 +3,7 @@ inline) and each analysis as a function returning a DataFrame: `wb.roofline`, `w
 `wb.diff`, `wb.fusion`, `wb.fusion_detail`, and SQL over runs, `wb.sql`. The ranks of a distributed job:
 `wb.ranks` (the per-rank table), `wb.show_ranks` (its view). A sweep (`wb.capture(batch=[1, 2, 4],
 seq=[128, 512])`) has its curves as DataFrames: `wb.sweep_table`, `wb.crossovers`, `wb.pareto`. Serving runs
-(`workbench serve`) have their views in `wb.show_serving`.
+(`workbench serve`, or `wb.serve` here) have their views in `wb.show_serving`.
 
 A run is named as everywhere: a run id (under `root`, default `$WORKBENCH_TRACES` or ./traces), a bundle
 path, a `Bundle`, or what `wb.capture` returned (a list of bundles; a one-run function takes a list of
@@ -234,6 +234,47 @@ def show_ranks(experiment: str, root: str | Path | None = None, *, cluster: str 
     from workbench.views.ranks import ranks_view
 
     _render(ranks_view(_rank_aggregates(experiment, root, cluster, threshold), threshold=threshold))
+
+
+def serve(url: str | None = None, *, model: str | None = None, rate: float | Sequence[float] | None = None,
+          concurrency: int | Sequence[int] | None = None, requests: int = 32, isl: int = 64, osl: int = 16,
+          slo: str | None = None, root: str | Path | None = None, show: bool = True, **settings: Any) -> list[Bundle]:
+    """Profile an inference server under load, as `workbench serve` does, and show its views: attach to `url`
+    (give `tokenizer=`) or launch the engine (`model=`, default a 2-layer Llama-3; `engine_python=`), at one
+    `rate` (requests/s) or `concurrency`, or a sweep of either; `slo` as "ttft=200ms,tpot=50ms". Other
+    `settings` are `ServeRequest`'s (`profile_dir`, `window`, `generator`...) and `Load`'s (`arrival`,
+    `isl_stddev`, `sessions`, `shared_prefix`...) fields. Returns the bundles written."""
+    from dataclasses import fields
+
+    from workbench.errors import WorkbenchError
+    from workbench.serving.load import Load
+    from workbench.serving.metrics import parse_slo
+    from workbench.serving.run import ProfileWindow
+    from workbench.serving.session import ServeRequest, run_serving
+    from workbench.trace.store.bundle import open_bundle
+
+    if rate is not None and concurrency is not None:
+        raise WorkbenchError("wb.serve: give rate or concurrency, not both")
+    load_keys = {f.name for f in fields(Load)} - {"rate", "concurrency", "requests", "isl", "osl"}
+    shape = {"requests": requests, "isl": isl, "osl": osl, **{k: settings.pop(k) for k in list(settings)
+                                                              if k in load_keys}}
+    if isinstance(settings.get("window"), str):
+        settings["window"] = ProfileWindow.parse(settings["window"])
+    points = ([Load(concurrency=c, **shape) for c in _listed(concurrency)] if concurrency is not None else
+              [Load(rate=r, **shape) for r in _listed(rate if rate is not None else 4.0)])
+    request = ServeRequest(points=tuple(points), url=url, model=model, slo=parse_slo(slo) if slo else None,
+                           **settings)
+    where = traces_root(root)
+    result = run_serving(request, where, print)
+    bundles = [open_bundle(p.run_id, where) for p in result.points if p.run_id]
+    if show and bundles:
+        show_serving(bundles)
+    return bundles
+
+
+def _listed(value: Any) -> list[Any]:
+    """One value or several as a list."""
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def show_serving(runs: RunRef | Sequence[RunRef], root: str | Path | None = None) -> None:

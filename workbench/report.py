@@ -18,14 +18,13 @@ from workbench.trace.store.records import display_name
 def report_layout(bundles: Sequence[Bundle]) -> LayoutDOM:
     """One run: its dashboard. Several: the comparison first, then each run's dashboard in a tab. Before them,
     in tabs of their own, the views their kind adds (`views.run_kinds`: generation runs, ranks of a job); the ranks
-    of a large job, or of one on a URL root, get their ranks view alone. Serving runs add a "serving" tab first
-    (`views.serving`: the request waterfall of each, and a sweep's curves).
+    of a large job, or of one on a URL root, get their ranks view alone; serving runs a "serving" tab (the request
+    waterfall of each, and a sweep's curves).
     Each timeline embeds what `workbench.report_spans` plans: every span of a trace that fits the budget,
     else the busiest steps, listed to jump to."""
     from workbench.report_spans import report_dashboard
     from workbench.views.experiments import experiments_view
     from workbench.views.run_kinds import runs_layout
-    from workbench.views.serving import with_serving_views
 
     def views() -> LayoutDOM:
         if len(bundles) == 1:
@@ -34,7 +33,7 @@ def report_layout(bundles: Sequence[Bundle]) -> LayoutDOM:
         panels += [TabPanel(child=report_dashboard(b), title=display_name(b.record)) for b in bundles]
         return Tabs(tabs=panels)
 
-    return with_serving_views(runs_layout(views, bundles, "runs"), bundles)
+    return runs_layout(views, bundles, "runs")
 
 
 def write_report(layout: LayoutDOM, path: str | os.PathLike[str], title: str) -> Path:

@@ -22,8 +22,6 @@ from workbench.cli.render import err, errors, labelled, out, print_json, print_t
 from workbench.errors import EXIT_PARTIAL, WorkbenchError
 from workbench.views.text_tables import TextTable, cells
 
-DEFAULT_ENGINE_PYTHON = ".serving/vllm/bin/python"
-DEFAULT_AIPERF = ".serving/aiperf/bin/aiperf"
 POINT_COLUMNS = ("load", "ok", "failed", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
                  "E2E p99", "goodput/s", "run")
 
@@ -50,7 +48,8 @@ def _ints(ctx: click.Context, param: click.Parameter, value: str | None) -> tupl
 @click.command()
 @click.option("--engine", default="vllm", show_default=True, help="The engine to launch (vllm).")
 @click.option("--engine-python", default=None, metavar="PATH",
-              help=f"The Python of the engine's environment (default {DEFAULT_ENGINE_PYTHON}, from `make serving`).")
+              help="The Python of the engine's environment (default .serving/vllm/bin/python, from `make serving`; "
+                   "$WORKBENCH_SERVING names another folder).")
 @click.option("--url", default=None, metavar="URL",
               help="Attach to a running OpenAI-compatible server (any engine) instead of launching one.")
 @click.option("--model", "model_ref", default=None, metavar="REF",
@@ -78,7 +77,8 @@ def _ints(ctx: click.Context, param: click.Parameter, value: str | None) -> tupl
 @click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True)
 @click.option("--generator", type=click.Choice(["aiperf", "vllm-bench"]), default="aiperf", show_default=True,
               help="The load generator: NVIDIA AIPerf, or `vllm bench serve` run with the engine's Python.")
-@click.option("--aiperf", "aiperf_path", default=DEFAULT_AIPERF, show_default=True, metavar="PATH")
+@click.option("--aiperf", "aiperf_path", default=None, metavar="PATH",
+              help="AIPerf's program (default .serving/aiperf/bin/aiperf, from `make serving`).")
 @click.option("--tokenizer", default=None, metavar="PATH",
               help="The tokenizer folder the generator counts prompt tokens with (default: the served model's).")
 @click.option("--profile-window", default=None, metavar="load|off|requests:N|seconds:S",
@@ -105,7 +105,7 @@ def _ints(ctx: click.Context, param: click.Parameter, value: str | None) -> tupl
 def serve(engine: str, engine_python: str | None, url: str | None, model_ref: str | None, overrides: tuple[str, ...],
           rate: tuple[float, ...] | None, concurrency: tuple[int, ...] | None, arrival: str, requests: int, isl: int,
           isl_stddev: float, osl: int, osl_stddev: float, sessions: int | None, turns: float, shared_prefix: int,
-          endpoint: str, generator: str, aiperf_path: str, tokenizer: str | None, profile_window: str | None,
+          endpoint: str, generator: str, aiperf_path: str | None, tokenizer: str | None, profile_window: str | None,
           profile_dir: Path | None, max_steps: int, metrics_period: float, slo: str | None, host: str, port: int,
           max_model_len: int, max_num_seqs: int, engine_args: tuple[str, ...], ready_timeout: float,
           out_dir: str | None, as_json: bool) -> None:
@@ -114,17 +114,11 @@ def serve(engine: str, engine_python: str | None, url: str | None, model_ref: st
     from workbench.serving import load as loads
     from workbench.serving.metrics import parse_slo
     from workbench.serving.run import ProfileWindow
+    from workbench.serving.session import ServeRequest, run_serving
 
     if rate is not None and concurrency is not None:
         raise click.UsageError("give --rate or --concurrency, not both")
-    misplaced = "--engine-python" if engine_python else "--set" if overrides else None
-    if url is not None and misplaced:
-        raise click.UsageError(f"{misplaced} applies to an engine the workbench launches, not to --url")
-    if url is None and profile_dir is not None:
-        raise click.UsageError("--profile-dir applies to --url (a launched engine's profiler writes where the "
-                               "workbench tells it)")
     with errors():
-        window = ProfileWindow.parse(profile_window or ("load" if url is None or profile_dir else "off"))
         try:
             bounds = parse_slo(slo) if slo else None
         except WorkbenchError as exc:
@@ -134,18 +128,16 @@ def serve(engine: str, engine_python: str | None, url: str | None, model_ref: st
                  "endpoint": endpoint, "timeout_s": max(600.0, requests * 10.0)}
         points = ([loads.Load(concurrency=c, **shape) for c in concurrency] if concurrency else
                   [loads.Load(rate=r, **shape) for r in (rate or (4.0,))])
-        if generator == "vllm-bench" and (sessions or shared_prefix):
-            raise WorkbenchError("--sessions and --shared-prefix need AIPerf (--generator aiperf)")
+        request = ServeRequest(
+            points=tuple(points), url=url, model=model_ref, overrides=parse_overrides(overrides), tokenizer=tokenizer,
+            engine=engine, engine_python=engine_python, generator=generator, aiperf=aiperf_path,
+            window=None if profile_window is None else ProfileWindow.parse(profile_window), profile_dir=profile_dir,
+            max_steps=max_steps, metrics_period_s=metrics_period, slo=bounds, host=host, port=port,
+            max_model_len=max_model_len, max_num_seqs=max_num_seqs, engine_args=engine_args,
+            ready_timeout_s=ready_timeout)
         root = checked_root(out_dir, writing=True)
-        status = _Status(as_json)
-        with status:
-            if url is not None:
-                result = _attached(url, model_ref, tokenizer, points, window, profile_dir, generator, aiperf_path,
-                                   metrics_period, bounds, root, status)
-            else:
-                result = _launched(engine, engine_python, model_ref, parse_overrides(overrides), tokenizer, points,
-                                   window, max_steps, generator, aiperf_path, metrics_period, bounds, host, port,
-                                   max_model_len, max_num_seqs, engine_args, ready_timeout, root, status)
+        with _Status(as_json) as status:
+            result = run_serving(request, root, status)
     _print_result(result, bounds, as_json)
     if result.failed:
         sys.exit(EXIT_PARTIAL)
@@ -169,66 +161,6 @@ class _Status:
     def __call__(self, message: str) -> None:
         if self._status is not None:
             self._status.update(message)
-
-
-def _attached(url: str, model: str | None, tokenizer: str | None, points: list[Any], window: Any,
-              profile_dir: Path | None, generator: str, aiperf_path: str, period: float, slo: dict[str, int] | None,
-              root: Path, status: _Status) -> Any:
-    from workbench.serving.engine import Endpoint, attach
-    from workbench.serving.run import ServeOptions
-    from workbench.serving.run import serve as run_serve
-
-    endpoint = attach(url, model)
-    if tokenizer is None:
-        raise WorkbenchError(f"--url {url}: give --tokenizer PATH, the served model's tokenizer folder (the load "
-                             "generator counts prompt tokens with it; nothing is downloaded)")
-    endpoint = Endpoint(endpoint.url, endpoint.model, profiler=window.kind != "off")
-    options = ServeOptions(tokenizer=tokenizer, generator=generator, program=_program(generator, aiperf_path, None),
-                           window=window, profile_dir=profile_dir, metrics_period_s=period, slo=slo,
-                           model={"name": endpoint.model}, device="server", engine={"url": endpoint.url})
-    return run_serve(endpoint, points, options, root, status)
-
-
-def _launched(engine: str, engine_python: str | None, model_ref: str | None, overrides: dict[str, Any],
-              tokenizer: str | None, points: list[Any], window: Any, max_steps: int, generator: str,
-              aiperf_path: str, period: float, slo: dict[str, int] | None, host: str, port: int, max_model_len: int,
-              max_num_seqs: int, engine_args: tuple[str, ...], ready_timeout: float, root: Path,
-              status: _Status) -> Any:
-    import tempfile
-
-    from workbench.serving.engine import EngineSettings, launched_engine
-    from workbench.serving.model_folder import DEFAULT_MODEL, model_folder
-    from workbench.serving.run import ServeOptions
-    from workbench.serving.run import serve as run_serve
-
-    python = engine_python or DEFAULT_ENGINE_PYTHON
-    ref = model_ref or DEFAULT_MODEL
-    status(f"preparing {ref}")
-    folder, name = model_folder(ref, overrides)
-    with tempfile.TemporaryDirectory(prefix="workbench-serve-") as work:
-        profile_dir = Path(work) / "profile" if window.kind != "off" else None
-        settings = EngineSettings(python=python, model_dir=folder, served_name=name, engine=engine, host=host,
-                                  port=port, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-                                  profile_dir=profile_dir, max_steps=max_steps, extra_args=engine_args,
-                                  ready_timeout_s=ready_timeout)
-        with launched_engine(settings, Path(work) / "engine.log", status) as endpoint:
-            options = ServeOptions(tokenizer=tokenizer or str(folder), generator=generator,
-                                   program=_program(generator, aiperf_path, python), window=window,
-                                   profile_dir=profile_dir, metrics_period_s=period, slo=slo,
-                                   model={"name": name, "ref": ref, "folder": str(folder), **overrides},
-                                   engine={"engine": engine, "max_model_len": max_model_len,
-                                           "max_num_seqs": max_num_seqs, "args": list(engine_args)})
-            return run_serve(endpoint, points, options, root, status)
-
-
-def _program(generator: str, aiperf_path: str, engine_python: str | None) -> str:
-    """The generator's program: AIPerf's script, or the engine's Python for `vllm bench serve`."""
-    if generator == "aiperf":
-        return aiperf_path
-    if engine_python is None:
-        raise WorkbenchError("--generator vllm-bench runs with the engine's Python: launch the engine with the "
-                             "workbench, or use AIPerf with --url")
-    return engine_python
 
 
 def _ms(value: float | None) -> float | None:

@@ -1,7 +1,8 @@
-"""The views a kind of runs adds to the views every run has: generation runs their generation view (TTFT,
-TPOT, decode timelines), the ranks of one distributed job the ranks view (stragglers, all ranks on one time
-axis). Every surface that lays out runs (the HTML report, the panel's dashboard and compare routes, the
-notebook) places them through `with_kind_views`, so they all show the same.
+"""The views a kind of runs adds to the views every run has: serving runs their serving view (request
+waterfall, engine steps, server metrics, a sweep's curves), generation runs their generation view (TTFT, TPOT,
+decode timelines), the ranks of one distributed job the ranks view (stragglers, all ranks on one time axis).
+Every surface that lays out runs (the HTML report, the panel's dashboard and compare routes, the notebook)
+places them through `with_kind_views`, so they all show the same.
 """
 
 from __future__ import annotations
@@ -21,10 +22,13 @@ def is_rank_set(bundles: Sequence[Bundle]) -> bool:
 
 
 def kind_views(bundles: Sequence[Bundle], *, width: int | None = None) -> list[TabPanel]:
-    """The tabs the kinds of `bundles` add: "generation" when some are generation runs, "ranks" when they are the
-    ranks of a job; none for other runs. `width` is the layout's width in pixels (the views' default when None)."""
+    """The tabs the kinds of `bundles` add: "serving" when some are serving runs, "generation" when some are
+    generation runs, "ranks" when they are the ranks of a job; none for other runs. `width` is the layout's width
+    in pixels (the views' default when None)."""
+    from workbench.views.serving import serving_panels
+
     sized = {} if width is None else {"width": width}
-    panels = []
+    panels = serving_panels(bundles, width=width)
     generation = [bundle for bundle in bundles if bundle.record.kind == GENERATION]
     if generation:
         from workbench.views.llm import generation_view

@@ -14,7 +14,7 @@ CustomJS on the tap tools, so they work in a static report.
 load), goodput against load, and the Pareto front of tokens per second per user against tokens per second, the
 knee and the highest load meeting the SLO marked (`workbench.serving.metrics.sweep_summary`).
 
-`serving_panels(bundles)` places them as report tabs; `with_serving_views` adds them to a layout of runs.
+`serving_panels(bundles)` is the "serving" tab `views.run_kinds` places on every surface.
 What is drawn is bounded (`workbench.analysis.serving`); every text from a trace or a generator reaches the page
 as Bokeh text or escaped HTML.
 """
@@ -470,16 +470,3 @@ def serving_panels(bundles: Sequence[Bundle], *, width: int | None = None) -> li
     a kind adds), else none."""
     layout = serving_layout(bundles, width=width)
     return [] if layout is None else [TabPanel(child=layout, title="serving")]
-
-
-def with_serving_views(layout: LayoutDOM, bundles: Sequence[Bundle], title: str = "runs", *,
-                       width: int | None = None) -> LayoutDOM:
-    """`layout` (the views of `bundles`) after the "serving" tab when some are serving runs: into `layout`'s own
-    tabs first when it has them, else in tabs with `layout` named `title`."""
-    panels = serving_panels(bundles, width=width)
-    if not panels:
-        return layout
-    if isinstance(layout, Tabs):
-        layout.tabs = [*panels, *layout.tabs]
-        return layout
-    return Tabs(tabs=[*panels, TabPanel(child=layout, title=title)])
