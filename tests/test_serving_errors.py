@@ -55,6 +55,8 @@ class _Stub(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.mode == "dies":  # the server goes away after its first answer: later requests are refused
+            threading.Thread(target=lambda: (self.server.shutdown(), self.server.server_close())).start()
         if self.mode == "malformed":
             body = b'data: {"id": "x", "choices": [{"text": "w1", "ind\n\ndata: [DONE]\n\n'
             self._reply(200, body, "text/event-stream")
@@ -173,7 +175,7 @@ def _running(pid: int) -> bool:
 
 @needs_aiperf
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["errors", "malformed"])
+@pytest.mark.parametrize("mode", ["errors", "malformed", "dies"])
 def test_a_server_that_fails_its_requests_keeps_them_counted_with_their_error(stub, mode: str, tokenizer: Path,
                                                                               tmp_path: Path):
     done = _workbench("serve", "--url", stub(mode), "--tokenizer", str(tokenizer), "--aiperf", str(AIPERF),
@@ -185,6 +187,9 @@ def test_a_server_that_fails_its_requests_keeps_them_counted_with_their_error(st
     assert all(r["status"] == "error" and r["error"] for r in requests)
     if mode == "errors":
         assert all("stub overloaded" in r["error"] for r in requests)
+    if mode == "dies":
+        assert any("the server stopped answering during the load" in w for w in point["warnings"])
+    assert point["errors"] and sum(point["errors"].values()) == 4  # each failed request counted with its error
 
 
 def test_a_truncated_generator_file_keeps_its_complete_requests(tmp_path: Path):

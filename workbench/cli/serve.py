@@ -177,7 +177,7 @@ def _print_result(result: Any, slo: dict[str, int] | None, as_json: bool) -> Non
     if as_json:
         print_json({"experiment": result.experiment_id, "runs": [
             {"load": p.load.label, "run": p.run_id, "summary": p.summary, "error": p.error,
-             "warnings": list(p.warnings)} for p in result.points], "sweep": sweep})
+             "errors": p.errors, "warnings": list(p.warnings)} for p in result.points], "sweep": sweep})
         return
     rows = []
     for p in result.points:
@@ -202,5 +202,7 @@ def _print_result(result: Any, slo: dict[str, int] | None, as_json: bool) -> Non
     for p in result.points:
         if p.error:
             err.print(labelled("failed:", "red", f"{p.load.label}: {p.error}"))
+        for message, count in sorted(p.errors.items(), key=lambda e: -e[1])[:3]:
+            err.print(labelled("failed:", "red", f"{p.load.label}: {count} requests: {message[:300]}"))
         for warning in p.warnings:
             err.print(labelled("warning:", "yellow", f"{p.load.label}: {warning}"))

@@ -24,7 +24,15 @@ import pyarrow as pa
 
 from workbench.errors import WorkbenchError
 from workbench.serving import load as loads
-from workbench.serving.engine import Endpoint, EngineError, describe, engine_worker_traces, profiler_call, trace_files
+from workbench.serving.engine import (
+    Endpoint,
+    EngineError,
+    attach,
+    describe,
+    engine_worker_traces,
+    profiler_call,
+    trace_files,
+)
 from workbench.serving.join import with_phases
 from workbench.serving.metrics import latency_summary
 from workbench.serving.metrics_sampler import MetricsSampler, counters_table, engine_series
@@ -38,7 +46,6 @@ from workbench.trace.store.records import ExperimentRecord, RunInfo
 from workbench.trace.store.scratch import make_scratch_dir, remove_entry
 from workbench.trace.store.staging import staged
 
-WINDOW_KINDS = ("load", "requests", "seconds", "off")
 SUCCESS_SERIES = ("vllm:request_success_total", "sglang:num_requests_total")
 """The engines' count of finished requests, which closes a `requests:N` profiling window."""
 WINDOW_POLL_S = 0.05
@@ -99,6 +106,8 @@ class PointResult:
     summary: dict[str, Any] | None
     error: str | None = None
     warnings: tuple[str, ...] = ()
+    errors: dict[str, int] = field(default_factory=dict)
+    """The failed requests' errors and how many had each."""
 
 
 @dataclass(frozen=True)
@@ -163,7 +172,8 @@ def _run_point(endpoint: Endpoint, point: loads.Load, options: ServeOptions, sta
         trace, trace_paths = _engine_trace(options, started, origin_ns, sampler)
         summary = latency_summary(requests.table, options.slo)
         run_id = new_run_id("serve", options.model.get("name", "model"), point.label)
-        warnings = tuple([*requests.warnings, *([generator_error] if generator_error else []), *window.errors])
+        warnings = tuple([*requests.warnings, *([generator_error] if generator_error else []), *window.errors,
+                          *_gone(endpoint)])
         info = RunInfo(run_id=run_id, kind="serving", experiment=experiment_id, model=options.model,
                        variant={"name": point.label}, label=point.label, device=options.device,
                        source="serve", serving={
@@ -179,9 +189,19 @@ def _run_point(endpoint: Endpoint, point: loads.Load, options: ServeOptions, sta
             tables["steps"] = steps
         write_bundle(stage, run_id, info, trace, raw_files=[results_path, *trace_paths], tables=tables)
         on_progress(f"{point.label}: {summary['ok']} requests ok, {summary['failed']} failed")
-        return PointResult(point, run_id, summary, warnings=warnings)
+        return PointResult(point, run_id, summary, warnings=warnings, errors=requests.errors)
     finally:
         remove_entry(work)
+
+
+def _gone(endpoint: Endpoint) -> list[str]:
+    """A warning when the server no longer answers after the load (it died, or hangs): its failed requests say
+    only what the client saw."""
+    try:
+        attach(endpoint.url, endpoint.model, timeout_s=5.0)
+    except EngineError as exc:
+        return [f"the server stopped answering during the load: {exc}"]
+    return []
 
 
 def _command(endpoint: Endpoint, point: loads.Load, options: ServeOptions, work: Path) -> list[str]:
