@@ -12,6 +12,8 @@
     GET    traces/version      {"version"}: changes whenever runs or experiments appear in or vanish from the
                                traces root (a stat of two folders), so the panel polls it instead of the listing;
                                a URL root's mirror is refreshed first, as for `GET runs` (503 when unreadable)
+    POST   serve               {"url", "tokenizer", "rate" | "concurrency", "requests", "isl", "osl", ...} -> 202
+                               and the `workbench serve --url` job (`serve_handlers`)
 
 Upload and import are refused (409) while the traces root is a URL, which the panel reads only.
 
@@ -37,6 +39,7 @@ from workbench.analysis.sql import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, MAX_LIMIT, 
 from workbench.errors import is_disk_full
 from workbench.server.handlers import ApiError, WorkbenchHandler
 from workbench.server.jobs import QueueFull
+from workbench.server.serve_handlers import serve_handlers
 from workbench.server.state import ServerState
 from workbench.trace.store.bundle import EXPERIMENTS_DIR, RUN_JSON, json_safe, list_bundles
 from workbench.trace.store.scratch import make_scratch_dir, remove_entry
@@ -276,4 +279,5 @@ def manage_handlers(state: ServerState, max_upload_bytes: int = MAX_UPLOAD_BYTES
         ("workbench/api/upload", UploadHandler, {**common, "max_upload_bytes": max_upload_bytes}),
         ("workbench/api/import", PathImportHandler, common),
         ("workbench/api/traces/version", TracesVersionHandler, common),
+        *serve_handlers(state),
     ]

@@ -81,11 +81,56 @@ export interface IImportRequest {
   import: string[];
 }
 
-/** A capture or import job as `GET jobs/<id>` describes it. */
+/** The body of `POST serve` (`workbench/server/serve_handlers.py`): a serving run against a running server. */
+export interface IServeRequest {
+  /** The http(s) URL of an OpenAI-compatible server. */
+  url: string;
+  /** A tokenizer folder, relative to the server's root folder. */
+  tokenizer: string;
+  /** The served model's name (default: the first the server lists). */
+  model?: string;
+  /** Open loop: requests per second, one load point each (give this or `concurrency`). */
+  rate?: number[];
+  /** Closed loop: requests in flight, one load point each. */
+  concurrency?: number[];
+  requests: number;
+  isl: number;
+  osl: number;
+  /** Service-level objectives, as `workbench serve --slo` takes them: `ttft=200ms,tpot=50ms`. */
+  slo?: string;
+}
+
+/** What a serving job was asked for. */
+export interface IServeJobRequest {
+  serve: IServeRequest;
+}
+
+/** One load point of a serving job's result: its run (null when the point failed whole) and headline figures. */
+export interface IServePoint {
+  load: string;
+  run: string | null;
+  summary: {
+    requests?: number;
+    ok?: number;
+    failed?: number;
+    [key: string]: unknown;
+  } | null;
+  error: string | null;
+  warnings: string[];
+}
+
+/** What `workbench serve --json` prints: a serving job's result (also when some requests failed, exit 1). */
+export interface IServeResult {
+  experiment: string | null;
+  runs: IServePoint[];
+  sweep: { [key: string]: unknown } | null;
+}
+
+/** A capture, import or serving job as `GET jobs/<id>` describes it. */
 export interface IJob {
   id: string;
   status: JobStatus;
-  request: ICaptureRequest | IImportRequest;
+  request: ICaptureRequest | IImportRequest | IServeJobRequest;
   created: string;
   started: string | null;
   finished: string | null;
@@ -96,14 +141,20 @@ export interface IJob {
   };
   log: string[];
   exit_code: number | null;
-  /** What the command printed as JSON: a capture's result, or the run ids of an import. */
-  result: ICaptureResult | string[] | null;
+  /** What the command printed as JSON: a capture's or a serving run's result, or the run ids of an import. */
+  result: ICaptureResult | IServeResult | string[] | null;
   error: string | null;
 }
 
 /** Whether `job` imports files (the panel's uploads and "Open in Workbench") rather than capturing. */
 export function isImportJob(job: IJob): job is IJob & { request: IImportRequest } {
   return Array.isArray((job.request as IImportRequest).import);
+}
+
+/** Whether `job` is a serving run (`POST serve`) rather than a capture or an import. */
+export function isServeJob(job: IJob): job is IJob & { request: IServeJobRequest } {
+  const serve = (job.request as IServeJobRequest).serve;
+  return typeof serve === 'object' && serve !== null;
 }
 
 /** The reply of `POST query`: the rows of one SELECT, at most its limit. */
@@ -273,6 +324,11 @@ export function fetchCaptureOptions(): Promise<ICaptureOptions> {
 /** Start (or queue) a capture job. */
 export function startCapture(request: ICaptureRequest): Promise<IJob> {
   return requestAPI<IJob>('jobs', jsonBody('POST', request));
+}
+
+/** Start (or queue) a serving run against a running server (`workbench serve --url`). */
+export function startServe(request: IServeRequest): Promise<IJob> {
+  return requestAPI<IJob>('serve', jsonBody('POST', request));
 }
 
 /** Every capture job the server knows, oldest first. */

@@ -1,5 +1,5 @@
 /**
- * The Workbench sidebar: the traces folder, the capture form, the runs with their actions (open, compare, delete,
+ * The Workbench sidebar: the traces folder, the capture form, the serving form, the runs with their actions (open, compare, delete,
  * import; trace files dropped on the panel are imported too) and the SQL query box. The runs list refreshes
  * itself when runs appear or vanish: it polls the server's cheap `traces/version` every `WATCH_MS`.
  */
@@ -14,6 +14,7 @@ import { workbenchIcon } from './icon';
 import { ImportButton, ImportList, ImportTracker } from './imports';
 import { QuerySection } from './query';
 import { RunList } from './runs';
+import { ServeSection } from './serve';
 
 /** How often the panel asks whether runs appeared or vanished (ms). */
 export const WATCH_MS = 2000;
@@ -205,6 +206,10 @@ function WorkbenchPanel(props: IPanelProps): JSX.Element {
       <details className="jp-Workbench-section" open>
         <summary>Capture</summary>
         <CaptureSection onFinished={finished} />
+      </details>
+      <details className="jp-Workbench-section jp-Workbench-serveSection">
+        <summary>Serving</summary>
+        <ServeSection onFinished={finished} onOpen={actions.open} />
       </details>
       <details className="jp-Workbench-section" open>
         <summary>

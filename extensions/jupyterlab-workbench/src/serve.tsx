@@ -1,0 +1,482 @@
+/**
+ * The serving form of the Workbench sidebar: a serving run against a running OpenAI-compatible server, and the
+ * live status of its job.
+ *
+ * The form becomes a `POST serve` body (`workbench serve --url`: NVIDIA AIPerf drives the server at one load
+ * or a sweep of rates or concurrencies, one run per load point). The job is polled every `POLL_MS` until it
+ * ends, with a cancel button; `workbench serve` reports no progress of its own, so the job shows its load and
+ * its log. Once it ends, its runs are listed (a click opens a run's dashboard, whose serving tab shows the
+ * requests); a run whose requests failed is still kept and listed, with the failures counted.
+ */
+
+import * as React from 'react';
+
+import {
+  cancelJob,
+  getJob,
+  IJob,
+  IServePoint,
+  IServeRequest,
+  IServeResult,
+  isFinished,
+  isServeJob,
+  listJobs,
+  startServe,
+  WorkbenchApiError
+} from './api';
+import { ErrorNote, FormError, POLL_MS } from './capture';
+
+/** The server's bounds (`serve_handlers.py`), checked here first so a mistake shows at once. */
+export const MAX_REQUESTS = 10_000;
+export const MAX_POINTS = 16;
+export const MAX_TOKENS = 32_768;
+
+/** The form's fields, as typed (text), before they are checked. */
+export interface IServeForm {
+  url: string;
+  tokenizer: string;
+  model: string;
+  /** Open loop (requests per second) or closed loop (requests in flight). */
+  load: 'rate' | 'concurrency';
+  /** The loads, comma-separated: one load point each. */
+  loads: string;
+  requests: string;
+  isl: string;
+  osl: string;
+  slo: string;
+}
+
+export const DEFAULT_SERVE_FORM: IServeForm = {
+  url: '',
+  tokenizer: '',
+  model: '',
+  load: 'rate',
+  loads: '4',
+  requests: '32',
+  isl: '64',
+  osl: '16',
+  slo: ''
+};
+
+function wholeNumber(name: string, text: string, maximum: number): number {
+  const value = text.trim();
+  if (value === '') {
+    throw new FormError(`${name}: required`);
+  }
+  const number = Number(value);
+  if (!/^\d+$/.test(value) || number < 1 || number > maximum) {
+    throw new FormError(`${name}: expected a whole number from 1 to ${maximum.toLocaleString('en-US')}, got "${value}"`);
+  }
+  return number;
+}
+
+/** The loads typed as `1,2,4` (commas or spaces between them): positive numbers, whole ones for concurrency. */
+export function parseLoads(text: string, load: IServeForm['load']): number[] {
+  const name = load === 'rate' ? 'rates' : 'concurrency';
+  const words = text.split(/[\s,]+/).filter(word => word !== '');
+  if (words.length === 0 || words.length > MAX_POINTS) {
+    throw new FormError(`${name}: give 1 to ${MAX_POINTS} loads, e.g. ${load === 'rate' ? '1,2,4' : '1,4,16'}`);
+  }
+  const values = words.map(word => {
+    const number = Number(word);
+    const whole = /^\d+$/.test(word);
+    if (!Number.isFinite(number) || number <= 0 || (load === 'concurrency' && !whole)) {
+      throw new FormError(
+        `${name}: "${word}" is not ${load === 'rate' ? 'a number of requests per second above 0' : 'a whole number of requests in flight'}`
+      );
+    }
+    return number;
+  });
+  if (new Set(values).size < values.length) {
+    throw new FormError(`${name}: a load is named more than once`);
+  }
+  return values;
+}
+
+/** The `POST serve` body the form describes; a `FormError` names the first field that is wrong. */
+export function serveRequest(form: IServeForm): IServeRequest {
+  const url = form.url.trim();
+  if (!/^https?:\/\/[^\s/]+/i.test(url)) {
+    throw new FormError('URL: the http(s) URL of a running OpenAI-compatible server, e.g. http://127.0.0.1:8000');
+  }
+  const tokenizer = form.tokenizer.trim();
+  if (tokenizer === '') {
+    throw new FormError("tokenizer: required (a tokenizer folder, relative to the server's root folder)");
+  }
+  const request: IServeRequest = {
+    url,
+    tokenizer,
+    requests: wholeNumber('requests', form.requests, MAX_REQUESTS),
+    isl: wholeNumber('ISL', form.isl, MAX_TOKENS),
+    osl: wholeNumber('OSL', form.osl, MAX_TOKENS)
+  };
+  request[form.load] = parseLoads(form.loads, form.load);
+  const model = form.model.trim();
+  if (model !== '') {
+    request.model = model;
+  }
+  const slo = form.slo.trim();
+  if (slo !== '') {
+    request.slo = slo;
+  }
+  return request;
+}
+
+/** The form that describes `request` (a job's, e.g. one still running when the page was loaded). */
+export function serveFormFromRequest(request: IServeRequest): IServeForm {
+  const load = Array.isArray(request.concurrency) ? 'concurrency' : 'rate';
+  const text = (value: unknown, fallback: string): string =>
+    value === null || value === undefined ? fallback : String(value);
+  return {
+    url: text(request.url, ''),
+    tokenizer: text(request.tokenizer, ''),
+    model: text(request.model, ''),
+    load,
+    loads: (request[load] ?? []).join(','),
+    requests: text(request.requests, DEFAULT_SERVE_FORM.requests),
+    isl: text(request.isl, DEFAULT_SERVE_FORM.isl),
+    osl: text(request.osl, DEFAULT_SERVE_FORM.osl),
+    slo: text(request.slo, '')
+  };
+}
+
+/** What a serving job is doing, in a few words: `rate 1, 2 req/s · 32 requests each`. */
+export function loadLabel(request: IServeRequest): string {
+  const rates = request.rate ?? [];
+  const loads = rates.length > 0 ? `rate ${rates.join(', ')} req/s` : `concurrency ${(request.concurrency ?? []).join(', ')}`;
+  const points = (request.rate ?? request.concurrency ?? []).length;
+  return `${loads} · ${request.requests} request${request.requests === 1 ? '' : 's'}${points > 1 ? ' each' : ''}`;
+}
+
+/** One line of a finished serving job: what it served, or why it did not. */
+export function serveOutcome(job: IJob): string {
+  const points = (job.result as IServeResult | null)?.runs ?? [];
+  if (job.status === 'cancelled') {
+    return 'Serving run cancelled: nothing was kept.';
+  }
+  if (points.length === 0) {
+    return job.status === 'succeeded' ? 'Serving run ended with no runs' : `Serving run failed: ${job.error ?? 'see the log'}`;
+  }
+  const runs = points.filter(point => point.run).length;
+  const sent = points.reduce((sum, point) => sum + (point.summary?.requests ?? 0), 0);
+  const failed = points.reduce((sum, point) => sum + (point.summary?.failed ?? 0), 0);
+  const experiment = (job.result as IServeResult).experiment;
+  const kept = `${runs} run${runs === 1 ? '' : 's'}` + (experiment ? ` (experiment ${experiment})` : '');
+  if (job.status === 'succeeded') {
+    return `Served ${points.length} load point${points.length === 1 ? '' : 's'}: ${kept}`;
+  }
+  const why = [
+    failed > 0 ? `${failed} of ${sent} requests failed` : null,
+    points.some(point => !point.run) ? `${points.filter(point => !point.run).length} load point(s) failed` : null
+  ].filter(part => part !== null);
+  return `Serving run ended with failures (${why.join('; ') || job.error || 'see the log'}): ${kept} kept`;
+}
+
+/** A point's figures for its line: `2 ok, 1 failed`. */
+function pointFigures(point: IServePoint): string {
+  const summary = point.summary;
+  if (!summary) {
+    return point.error ?? 'failed';
+  }
+  return `${summary.ok ?? 0} ok, ${summary.failed ?? 0} failed`;
+}
+
+function message(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+interface IFieldProps {
+  label: string;
+  name: keyof IServeForm;
+  form: IServeForm;
+  onChange: (name: keyof IServeForm, value: string) => void;
+  type?: 'text' | 'number' | 'url';
+  max?: number;
+  placeholder?: string;
+  title?: string;
+  required?: boolean;
+}
+
+function Field(props: IFieldProps): JSX.Element {
+  const id = `jp-Workbench-serve-${props.name}`;
+  return (
+    <div className="jp-Workbench-field">
+      <label htmlFor={id}>{props.label}</label>
+      <input
+        id={id}
+        name={props.name}
+        className="jp-mod-styled"
+        type={props.type ?? 'text'}
+        min={props.type === 'number' ? 1 : undefined}
+        max={props.type === 'number' ? props.max : undefined}
+        value={props.form[props.name]}
+        placeholder={props.placeholder}
+        title={props.title}
+        aria-required={props.required ? true : undefined}
+        spellCheck={false}
+        onChange={event => props.onChange(props.name, event.target.value)}
+      />
+    </div>
+  );
+}
+
+/** A running (or queued) serving job: its load, an indeterminate bar and its log so far. */
+function Running(props: { job: IJob }): JSX.Element {
+  const { job } = props;
+  const request = isServeJob(job) ? job.request.serve : null;
+  const label = request ? loadLabel(request) : 'serving';
+  if (job.status === 'queued') {
+    return (
+      <div className="jp-Workbench-progressLabel" role="status">
+        Queued{job.queue_position ? ` (position ${job.queue_position})` : ''}
+      </div>
+    );
+  }
+  return (
+    <div className="jp-Workbench-progressBox">
+      <div className="jp-Workbench-progressLabel">
+        <span className="jp-Workbench-task">{label}</span>
+      </div>
+      <div
+        className="jp-Workbench-progress jp-mod-indeterminate"
+        role="progressbar"
+        aria-label={`serving progress: ${label}`}
+      >
+        <div className="jp-Workbench-progressFill" />
+      </div>
+      {job.log.length > 0 ? (
+        <details>
+          <summary>log</summary>
+          <pre className="jp-Workbench-log">{job.log.join('\n')}</pre>
+        </details>
+      ) : null}
+    </div>
+  );
+}
+
+/** A finished serving job: its outcome, its runs (a click opens one's dashboard), warnings and log. */
+function Outcome(props: { job: IJob; onOpen: (runIds: string[]) => void; onDismiss: () => void }): JSX.Element {
+  const { job } = props;
+  const points = (job.result as IServeResult | null)?.runs ?? [];
+  const notes = [
+    ...points.flatMap(point => point.warnings.map(warning => `${point.load}: ${warning}`)),
+    ...job.log
+  ];
+  return (
+    <div
+      className={`jp-Workbench-outcome jp-Workbench-serveOutcome jp-mod-${job.status}`}
+      role={job.status === 'failed' ? 'alert' : 'status'}
+    >
+      <span className="jp-Workbench-outcomeText">{serveOutcome(job)}</span>
+      <button className="jp-Workbench-linkButton" onClick={props.onDismiss} title="Dismiss" aria-label="Dismiss">
+        ✕
+      </button>
+      {points.length > 0 ? (
+        <ul className="jp-Workbench-imports jp-Workbench-serveRuns" aria-label="Serving runs">
+          {points.map(point => (
+            <li
+              key={point.load}
+              className={`jp-Workbench-import jp-mod-${point.run && !point.summary?.failed ? 'done' : 'failed'}`}
+              data-run={point.run ?? undefined}
+            >
+              {point.run ? (
+                <button
+                  className="jp-Workbench-runName"
+                  onClick={() => props.onOpen([point.run!])}
+                  title={`Open the dashboard of ${point.run}`}
+                >
+                  {point.load}
+                </button>
+              ) : (
+                <span>{point.load}</span>
+              )}
+              <span className="jp-Workbench-importText">{pointFigures(point)}</span>
+            </li>
+          ))}
+        </ul>
+      ) : null}
+      {notes.length > 0 && job.status !== 'cancelled' ? (
+        <details>
+          <summary>{points.some(point => point.warnings.length > 0) ? 'warnings and log' : 'log'}</summary>
+          <pre className="jp-Workbench-log">{notes.join('\n')}</pre>
+        </details>
+      ) : null}
+    </div>
+  );
+}
+
+/**
+ * The serving form with its job. `onFinished` runs once when a job it follows ends; `onOpen` opens runs.
+ */
+export function ServeSection(props: {
+  onFinished: (job: IJob) => void;
+  onOpen: (runIds: string[]) => void;
+}): JSX.Element {
+  const [form, setForm] = React.useState<IServeForm>(DEFAULT_SERVE_FORM);
+  const [job, setJob] = React.useState<IJob | null>(null);
+  const followed = React.useRef<IJob | null>(null);
+  followed.current = job;
+  const [error, setError] = React.useState<string | null>(null);
+  const [submitting, setSubmitting] = React.useState(false);
+  const [cancelling, setCancelling] = React.useState(false);
+  const [retry, setRetry] = React.useState(0);
+  const onFinished = React.useRef(props.onFinished);
+  onFinished.current = props.onFinished;
+  const reported = React.useRef(new Set<string>());
+  const finish = (ended: IJob) => {
+    if (!reported.current.has(ended.id)) {
+      reported.current.add(ended.id);
+      onFinished.current(ended);
+    }
+  };
+
+  // Follow a serving run still going on the server (started before this page was loaded).
+  React.useEffect(() => {
+    listJobs()
+      .then(jobs => {
+        const live = jobs.filter(j => !isFinished(j) && isServeJob(j)).pop();
+        if (live && isServeJob(live) && followed.current === null) {
+          setJob(live);
+          setForm(serveFormFromRequest(live.request.serve));
+        }
+      })
+      .catch(() => {
+        // the runs list shows why the server cannot be reached
+      });
+  }, []);
+
+  React.useEffect(() => {
+    if (!job || isFinished(job)) {
+      return;
+    }
+    let stopped = false;
+    const timer = window.setTimeout(async () => {
+      try {
+        const next = await getJob(job.id);
+        if (stopped) {
+          return;
+        }
+        setError(null);
+        setJob(next);
+        if (isFinished(next)) {
+          setCancelling(false);
+          finish(next);
+        }
+      } catch (err) {
+        if (stopped) {
+          return;
+        }
+        if (err instanceof WorkbenchApiError && err.status === 404) {
+          setJob(null);
+          setError(`the server no longer knows job ${job.id} (was it restarted?)`);
+        } else {
+          setError(`cannot follow the serving run: ${message(err)}; retrying`);
+          setRetry(n => n + 1);
+        }
+      }
+    }, POLL_MS);
+    return () => {
+      stopped = true;
+      window.clearTimeout(timer);
+    };
+  }, [job, retry]);
+
+  const running = job !== null && !isFinished(job);
+  const change = (name: keyof IServeForm, value: string) => setForm(current => ({ ...current, [name]: value }));
+
+  const submit = async (event: React.FormEvent) => {
+    event.preventDefault();
+    setError(null);
+    setJob(current => (current && isFinished(current) ? null : current));
+    let request: IServeRequest;
+    try {
+      request = serveRequest(form);
+    } catch (err) {
+      setError(message(err));
+      return;
+    }
+    setSubmitting(true);
+    try {
+      setJob(await startServe(request));
+    } catch (err) {
+      setError(message(err));
+    } finally {
+      setSubmitting(false);
+    }
+  };
+
+  const cancel = async () => {
+    if (!job) {
+      return;
+    }
+    setCancelling(true);
+    try {
+      const ended = await cancelJob(job.id);
+      setJob(ended);
+      finish(ended);
+    } catch (err) {
+      setError(`cannot cancel: ${message(err)}`);
+    } finally {
+      setCancelling(false);
+    }
+  };
+
+  const rate = form.load === 'rate';
+  return (
+    <section className="jp-Workbench-serve" aria-label="Serving">
+      <form onSubmit={submit} noValidate>
+        <Field label="Server URL" name="url" type="url" form={form} onChange={change} required
+          placeholder="http://127.0.0.1:8000"
+          title="A running OpenAI-compatible server (vLLM, SGLang, TensorRT-LLM...): the workbench attaches to it" />
+        <Field label="Tokenizer folder" name="tokenizer" form={form} onChange={change} required
+          placeholder="models/my-model"
+          title="The served model's tokenizer (a save_pretrained folder), relative to the server's root folder: AIPerf counts prompt tokens with it" />
+        <Field label="Model" name="model" form={form} onChange={change} placeholder="the first it serves"
+          title="The served model's name, as GET /v1/models lists it" />
+        <div className="jp-Workbench-fieldRow">
+          <div className="jp-Workbench-field">
+            <label htmlFor="jp-Workbench-serve-load">Load</label>
+            <select
+              id="jp-Workbench-serve-load"
+              name="load"
+              className="jp-mod-styled"
+              value={form.load}
+              onChange={event => change('load', event.target.value)}
+            >
+              <option value="rate">rate (req/s)</option>
+              <option value="concurrency">concurrency</option>
+            </select>
+          </div>
+          <Field label={rate ? 'Rates' : 'In flight'} name="loads" form={form} onChange={change} required
+            placeholder={rate ? '1,2,4' : '1,4,16'}
+            title={rate
+              ? 'Open loop: requests per second; several (1,2,4) make a sweep, one run per load point'
+              : 'Closed loop: requests in flight; several (1,4,16) make a sweep, one run per load point'} />
+        </div>
+        <div className="jp-Workbench-fieldRow">
+          <Field label="Requests" name="requests" type="number" max={MAX_REQUESTS} form={form} onChange={change}
+            required title="Requests per load point" />
+          <Field label="ISL" name="isl" type="number" max={MAX_TOKENS} form={form} onChange={change} required
+            title="Input sequence length: prompt tokens per request" />
+          <Field label="OSL" name="osl" type="number" max={MAX_TOKENS} form={form} onChange={change} required
+            title="Output sequence length: tokens generated per request" />
+        </div>
+        <Field label="SLO" name="slo" form={form} onChange={change} placeholder="ttft=200ms,tpot=50ms"
+          title="Service-level objectives for goodput (ttft, tpot, itl, e2e; ns, us, ms or s); optional" />
+        <div className="jp-Workbench-buttons">
+          <button type="submit" className="jp-Button jp-mod-styled jp-mod-accept" disabled={running || submitting}>
+            {submitting ? 'Starting…' : 'Start'}
+          </button>
+          {running ? (
+            <button type="button" className="jp-Button jp-mod-styled jp-mod-warn" onClick={cancel} disabled={cancelling}>
+              {cancelling ? 'Cancelling…' : 'Cancel'}
+            </button>
+          ) : null}
+        </div>
+      </form>
+      <ErrorNote text={error} />
+      {job && running ? <Running job={job} /> : null}
+      {job && !running ? <Outcome job={job} onOpen={props.onOpen} onDismiss={() => setJob(null)} /> : null}
+    </section>
+  );
+}
