@@ -69,16 +69,27 @@ def test_the_time_split_of_all_and_of_the_slowest_requests():
 
 
 def test_queueing_and_interference_are_found_with_their_evidence():
-    # Three requests queue 90 ns each behind a long prefill; mixed steps take 3x the decode-only ones.
-    steps = steps_table([(100 + 40 * i, 30, "mixed", 1, 2) for i in range(3)] +
-                        [(300 + 20 * i, 10, "decode", 0, 3) for i in range(4)])
-    requests = requests_table([(10 + 40 * i, 100 + 40 * i + 31, 400) for i in range(3)])
+    # The engine decodes others' requests until 100; three requests arriving at 10, 11, 12 wait for the mixed
+    # steps at 100, 130, 160 (30 ns each, 3x the 10 ns decode-only steps).
+    steps = steps_table([(10 * i, 10, "decode", 0, 3) for i in range(10)] +
+                        [(100 + 30 * i, 30, "mixed", 1, 2) for i in range(3)])
+    requests = requests_table([(10 + i, 131 + 30 * i, 400) for i in range(3)])
     found = {f.kind: f for f in serving_findings(with_phases(requests, steps), steps)}
-    queueing = found["serving-queueing"]
-    assert queueing.title == "p99 TTFT is queueing: 74% of it before the first prefill step"  # 90 of 121
+    queueing = found["serving-queueing"]  # the slowest: queued 160 - 12 = 148 of its 179
+    assert queueing.title == "p99 TTFT is queueing: 83% of it before the first prefill step"
+    assert queueing.evidence["engine_busy_share"] == 1.0  # the engine ran steps the whole time it waited
     interference = found["serving-prefill-interference"]
     assert interference.title == "decode steps that share a batch with a prefill are 3.0× slower"
-    assert interference.evidence["mixed_steps"] == 3 and interference.evidence["decode_steps"] == 4
+    assert interference.evidence["mixed_steps"] == 3 and interference.evidence["decode_steps"] == 10
+
+
+def test_queueing_while_the_engine_idles_is_before_the_engine():
+    # Three requests arrive 40 ns apart and each waits 90 ns, while the engine runs only a third of that time.
+    steps = steps_table([(100 + 40 * i, 30, "mixed", 1, 2) for i in range(3)])
+    requests = requests_table([(10 + 40 * i, 100 + 40 * i + 31, 400) for i in range(3)])
+    (queueing,) = [f for f in serving_findings(with_phases(requests, steps), steps) if f.kind == "serving-queueing"]
+    assert queueing.title == ("p99 TTFT is queueing before the engine: 74% of it before the first prefill step, "
+                              "while the engine ran steps only 33% of that time")  # 270 of 363; 90 of 270
 
 
 def test_delivery_is_found_when_the_token_reaches_the_client_late():

@@ -33,7 +33,7 @@ MIN_STEPS = 3
 def serving_findings(requests: pa.Table | None, steps: pa.Table | None,
                      counters: pa.Table | None = None) -> list[Finding]:
     """The findings of one serving run, the largest share first."""
-    found = [f for f in (_queueing(requests), _delivery(requests), _interference(requests, steps),
+    found = [f for f in (_queueing(requests, steps), _delivery(requests), _interference(requests, steps),
                          _preemption(counters), _failures(requests)) if f is not None]
     return sorted(found, key=lambda f: -f.time_share)
 
@@ -59,17 +59,47 @@ def _slow_share(requests: pa.Table | None, part: str) -> tuple[float, dict[str, 
                    f"{part.removesuffix('_ns')}_ms": float(np.median(spent[slow]) / 1e6), "share": share}
 
 
-def _queueing(requests: pa.Table | None) -> Finding | None:
+def _queueing(requests: pa.Table | None, steps: pa.Table | None) -> Finding | None:
     found = _slow_share(requests, "queued_ns")
     if found is None or found[0] < MIN_QUEUE_SHARE:
         return None
     share, evidence = found
+    busy = _engine_busy_share(requests, steps)
+    evidence["engine_busy_share"] = busy
+    label = f"p{round(SLOW_QUANTILE * 100)}"
+    if busy < MIN_QUEUE_SHARE:  # the engine was mostly idle while they waited: they had not reached it
+        return Finding(
+            kind="serving-queueing", time_share=share,
+            title=f"{label} TTFT is queueing before the engine: {share:.0%} of it before the first prefill step, "
+                  f"while the engine ran steps only {busy:.0%} of that time",
+            evidence=evidence,
+            suggestion="requests waited in the API server (HTTP, tokenizing), not for a batch slot: give the API "
+                       "process more CPU (--api-server-count, its own cores) or shorter prompts to tokenize")
     return Finding(
         kind="serving-queueing", time_share=share,
-        title=f"p{round(SLOW_QUANTILE * 100)} TTFT is queueing: {share:.0%} of it before the first prefill step",
+        title=f"{label} TTFT is queueing: {share:.0%} of it before the first prefill step",
         evidence=evidence,
         suggestion="requests wait for a batch slot: raise --max-num-seqs or the KV-cache size, lower the request "
                    "rate, or add replicas; check vllm:num_requests_waiting in the counter tracks")
+
+
+def _engine_busy_share(requests: pa.Table, steps: pa.Table | None) -> float:
+    """The share of the slowest requests' queued time during which the engine was running a step."""
+    if steps is None or not steps.num_rows:
+        return 1.0
+    order = np.argsort(steps["start_ns"].to_numpy(), kind="stable")
+    start = steps["start_ns"].to_numpy()[order].astype(np.float64)
+    stop = start + steps["dur_ns"].to_numpy()[order]
+    ttft, queued, arrival = (_column(requests, c) for c in ("ttft_ns", "queued_ns", "arrival_ns"))
+    known = ~np.isnan(ttft) & ~np.isnan(queued)
+    slow = np.flatnonzero(known & (ttft >= np.quantile(ttft[known], SLOW_QUANTILE)))
+    waited = busy = 0.0
+    for r in slow:
+        begin, end = arrival[r], arrival[r] + queued[r]
+        near = slice(np.searchsorted(stop, begin), np.searchsorted(start, end))
+        busy += float(np.clip(np.minimum(stop[near], end) - np.maximum(start[near], begin), 0, None).sum())
+        waited += queued[r]
+    return busy / waited if waited > 0 else 1.0
 
 
 def _delivery(requests: pa.Table | None) -> Finding | None:
