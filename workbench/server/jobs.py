@@ -286,7 +286,9 @@ def _failure(job: Job, problem: str | None) -> str:
     if problem:
         return problem
     if job.exit_code == EXIT_PARTIAL and job.result is not None:
-        return "some variants failed (the others were written); see the runs of the result"
+        return ("some requests or load points failed (what completed was written); see the runs of the result"
+                if job.argv[3:4] == ["serve"] else "some variants failed (the others were written); see the runs "
+                "of the result")
     if job.exit_code == EXIT_INTERRUPTED:
         return "interrupted"
     return f"exited with code {job.exit_code}; see the log"

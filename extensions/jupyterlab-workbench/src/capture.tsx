@@ -22,6 +22,7 @@ import {
   IJob,
   isFinished,
   isImportJob,
+  isServeJob,
   listJobs,
   startCapture,
   WorkbenchApiError
@@ -407,7 +408,7 @@ export function CaptureSection(props: {
   React.useEffect(() => {
     listJobs()
       .then(jobs => {
-        const live = jobs.filter(j => !isFinished(j) && !isImportJob(j)).pop();
+        const live = jobs.filter(j => !isFinished(j) && !isImportJob(j) && !isServeJob(j)).pop();
         if (live && followed.current === null) {
           setJob(live);
           setForm(formFromRequest(live.request as ICaptureRequest)); // the settings it runs with
