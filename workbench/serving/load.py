@@ -134,8 +134,8 @@ def run_generator(command: list[str], out_dir: Path, timeout_s: float) -> Path:
     finally:
         stop_process_group(process)
     if code != 0:
-        raise LoadError(f"{Path(command[0]).name} exited with code {code}; its last log lines ({log_path}):\n"
-                        f"{log_tail(log_path)}")
+        raise LoadError(f"{Path(command[0]).name} exited with code {code}; its last log lines (all of it in the "
+                        f"run's raw/generator.log):\n{log_tail(log_path)}")
     return out_dir
 
 

@@ -187,7 +187,8 @@ def _run_point(endpoint: Endpoint, point: loads.Load, options: ServeOptions, sta
         tables: dict[str, pa.Table] = {"requests": with_phases(requests.table, steps)}
         if steps is not None:
             tables["steps"] = steps
-        write_bundle(stage, run_id, info, trace, raw_files=[results_path, *trace_paths], tables=tables)
+        logs = [log] if (log := work / "generator" / "generator.log").is_file() else []
+        write_bundle(stage, run_id, info, trace, raw_files=[results_path, *trace_paths, *logs], tables=tables)
         on_progress(f"{point.label}: {summary['ok']} requests ok, {summary['failed']} failed")
         return PointResult(point, run_id, summary, warnings=warnings, errors=requests.errors)
     finally:

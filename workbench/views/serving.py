@@ -239,6 +239,10 @@ def waterfall_figure(flow, x_range: Range1d, *, width: int = 1100):
     ticks = fig.scatter("x", "y", source=frame_source(flow.ticks), marker="dash", angle=1.5708,
                         size=min(max(int(300 / max(n, 1)), 4), 9), line_color="black", line_alpha=0.4)
     ticks.nonselection_glyph = None
+    failed = segments[segments["phase"] == "failed"]
+    if len(failed):  # a request refused at once has a bar too thin to see: mark where it ended
+        fig.scatter("right", "y", source=frame_source(failed), marker="x", size=9, line_width=2,
+                    line_color=PHASE_COLORS["failed"])
     fig.add_tools(TapTool(renderers=[bars]))
     fig.add_tools(HoverTool(renderers=[bars], tooltips=[
         ("request", "@id (#@request{0})"), ("status", "@status @error"), ("bar", "@phase: @phase_ms{0,0.000} ms"),
