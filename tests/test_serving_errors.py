@@ -124,6 +124,7 @@ def test_a_url_where_nothing_listens_is_refused(tokenizer: Path, tmp_path: Path)
     (["--profile-window", "requests:x"], "give load, off, requests:N or seconds:S"),
     (["--slo", "ttft=fast"], "--slo"),
     (["--url", "http://127.0.0.1:9", "--set", "layers=2"], "--set applies to an engine the workbench launches"),
+    (["--url", "http://127.0.0.1:9", "--engine-python", "python"], "--engine-python with --url names the Python"),
     (["--profile-dir", "/tmp"], "--profile-dir applies to --url"),
 ])
 def test_misuse_is_one_line_and_exit_2(argv: list[str], message: str, tmp_path: Path):

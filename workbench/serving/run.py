@@ -172,8 +172,8 @@ def _run_point(endpoint: Endpoint, point: loads.Load, options: ServeOptions, sta
         trace, trace_paths = _engine_trace(options, started, origin_ns, sampler)
         summary = latency_summary(requests.table, options.slo)
         run_id = new_run_id("serve", options.model.get("name", "model"), point.label)
-        warnings = tuple([*requests.warnings, *([generator_error] if generator_error else []), *window.errors,
-                          *_gone(endpoint)])
+        said = [w.replace(str(results_path), results_path.name) for w in requests.warnings]  # not the scratch path
+        warnings = tuple([*said, *([generator_error] if generator_error else []), *window.errors, *_gone(endpoint)])
         info = RunInfo(run_id=run_id, kind="serving", experiment=experiment_id, model=options.model,
                        variant={"name": point.label}, label=point.label, device=options.device,
                        source="serve", serving={

@@ -54,9 +54,11 @@ class ServeRequest:
     ready_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
-        if self.url is not None and (self.engine_python or self.overrides):
-            raise WorkbenchError(f"{'--engine-python' if self.engine_python else '--set'} applies to an engine the "
-                                 "workbench launches, not to --url")
+        if self.url is not None and self.overrides:
+            raise WorkbenchError("--set applies to an engine the workbench launches, not to --url")
+        if self.url is not None and self.engine_python and self.generator != "vllm-bench":
+            raise WorkbenchError("--engine-python with --url names the Python that runs `vllm bench serve` "
+                                 "(--generator vllm-bench); AIPerf needs none")
         if self.url is None and self.profile_dir is not None:
             raise WorkbenchError("--profile-dir applies to --url (a launched engine's profiler writes where the "
                                  "workbench tells it)")
@@ -87,7 +89,7 @@ def _attached(request: ServeRequest, root: Path, on_progress: Callable[[str], No
     window = request.profile_window
     endpoint = Endpoint(endpoint.url, endpoint.model, profiler=window.kind != "off")
     options = _options(request, request.tokenizer, window, request.profile_dir, {"name": endpoint.model}, "server",
-                       {"url": endpoint.url}, engine_python=None)
+                       {"url": endpoint.url}, engine_python=request.engine_python)
     return serve(endpoint, list(request.points), options, root, on_progress)
 
 
@@ -121,8 +123,8 @@ def _options(request: ServeRequest, tokenizer: str, window: ProfileWindow, profi
     if request.generator == "aiperf":
         program = request.aiperf or str(serving_dir() / "aiperf" / "bin" / "aiperf")
     elif engine_python is None:
-        raise WorkbenchError("--generator vllm-bench runs with the engine's Python: launch the engine with the "
-                             "workbench, or use AIPerf with --url")
+        raise WorkbenchError("--generator vllm-bench runs with vLLM's Python: with --url, give it as --engine-python "
+                             "(e.g. .serving/vllm/bin/python)")
     else:
         program = engine_python
     return ServeOptions(tokenizer=tokenizer, generator=request.generator, program=program, window=window,
