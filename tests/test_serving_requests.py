@@ -248,3 +248,17 @@ def test_real_aiperf_run_matches_its_own_summary():
     assert gaps.mean() == pytest.approx(summary["inter_chunk_latency"]["avg"], rel=1e-6)
     assert table["arrival_ns"].to_pylist() == sorted(table["arrival_ns"].to_pylist())
     assert (np.asarray(table["end_ns"]) >= np.asarray(table["arrival_ns"])).all()
+
+
+def test_a_real_guidellm_0_8_report_reads_as_guidellm_computed_it():
+    """A report GuideLLM 0.8.1 wrote (against its mock server, 6 requests at 5/s): each request's TTFT and output
+    tokens equal GuideLLM's own per-request figures."""
+    path = Path(__file__).parent / "data" / "serving" / "guidellm" / "benchmarks.json"
+    raw = json.loads(path.read_text())["benchmarks"][0]["requests"]["successful"]
+    results = read_requests(path)
+    rows = {row["id"]: row for row in results.table.to_pylist()}
+    assert results.source == "guidellm" and len(rows) == len(raw) == 6
+    for request in raw:
+        row = rows[request["request_id"]]
+        assert row["status"] == "ok" and row["output_tokens"] == request["output_tokens"]
+        assert row["ttft_ns"] / 1e6 == pytest.approx(request["time_to_first_token_ms"], abs=1e-3)
