@@ -309,10 +309,19 @@ def test_serving_layout_and_notebook(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
 def test_click_on_a_request_selects_its_steps_in_the_browser(tmp_path):
+    """...and the run's timeline on the same page zooms to those steps (their ops and kernels)."""
     playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    from workbench.report import write_report
+    from bokeh.layouts import column
+    from bokeh.models import Range1d
+    from bokeh.plotting import figure
 
-    path = write_report(serving_view(serving_bundle(tmp_path, "click")), tmp_path / "click.html", "t")
+    from workbench.report import write_report
+    from workbench.views.timeline import TIMELINE_PLOT
+
+    timeline = figure(name=TIMELINE_PLOT, x_range=Range1d(0, 10**9), width=400, height=100)
+    timeline.scatter([0], [0])
+    page_layout = column(serving_view(serving_bundle(tmp_path, "click")), timeline)
+    path = write_report(page_layout, tmp_path / "click.html", "t")
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=shutil.which("chromium"),
                                     args=["--headless", "--no-sandbox", "--disable-gpu"])
@@ -335,8 +344,14 @@ def test_click_on_a_request_selects_its_steps_in_the_browser(tmp_path):
         page.mouse.click(x, y)
         page.wait_for_function("() => Bokeh.documents[0].get_model_by_name('serving step source')"
                                ".selected.indices.length > 0", timeout=5_000)
-        chosen = page.evaluate("""() => { const s = Bokeh.documents[0].get_model_by_name('serving step source');
-          return s.selected.indices.map((j) => s.data.step[j]) }""")
+        chosen, window, zoomed = page.evaluate("""() => {
+          const doc = Bokeh.documents[0], s = doc.get_model_by_name('serving step source');
+          const picked = s.selected.indices, x = doc.get_model_by_name('timeline').x_range;
+          return [picked.map((j) => s.data.step[j]),
+                  [Math.min(...picked.map((j) => s.data.left[j])), Math.max(...picked.map((j) => s.data.right[j]))],
+                  [x.start, x.end]] }""")
         browser.close()
     assert errors == []
     assert chosen == list(range(int(first), int(last) + 1))
+    pad = max((window[1] - window[0]) * 0.05, 1000)
+    assert zoomed == pytest.approx([window[0] - pad, window[1] + pad])

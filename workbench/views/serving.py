@@ -60,6 +60,7 @@ from workbench.trace.store.bundle import Bundle
 from workbench.trace.store.records import display_name
 from workbench.views._style import time_ticks
 from workbench.views._table import data_table, frame_source
+from workbench.views.timeline import TIMELINE_PLOT
 
 SERVING = "serving"
 """The record kind of a serving run's bundles."""
@@ -110,6 +111,19 @@ for (let j = 0; j < st.step.length; j++) {
 }
 segments.selected.indices = bars
 steps.selected.indices = chosen
+"""
+FOCUS_TIMELINE = """
+// the run's timeline (the dashboard tab, same clock) follows: zoomed to the chosen steps, their ops and kernels
+const sel = steps.selected.indices
+if (sel.length) {
+  let lo = Infinity, hi = -Infinity
+  for (const j of sel) { lo = Math.min(lo, steps.data.left[j]); hi = Math.max(hi, steps.data.right[j]) }
+  const pad = Math.max((hi - lo) * 0.05, 1000)
+  try {
+    const timeline = cb_obj.document.get_model_by_name(timeline_name)
+    if (timeline != null) timeline.x_range.setv({start: lo - pad, end: hi + pad})
+  } catch (error) {}  // several runs' timelines in one page: none is this run's alone
+}
 """
 SELECT_REQUESTS = """
 // a tapped step: select the requests in flight during it (their bars) in the waterfall
@@ -291,11 +305,12 @@ def step_figure(lane: pd.DataFrame, total: int, x_range: Range1d, *, width: int 
 
 def link_selection(fall, segments: ColumnDataSource, steps_fig, steps: ColumnDataSource) -> None:
     """Clicking a request selects its steps; clicking a step selects the requests in flight (CustomJS on the tap
-    tools: a tap, not a selection change, so neither side's update starts the other's)."""
-    args = {"segments": segments, "steps": steps}
+    tools: a tap, not a selection change, so neither side's update starts the other's). Either way the run's
+    timeline, where the page has one, zooms to the chosen steps: their ops and kernels."""
+    args = {"segments": segments, "steps": steps, "timeline_name": TIMELINE_PLOT}
     for fig, code in ((fall, SELECT_STEPS), (steps_fig, SELECT_REQUESTS)):
         for tool in fig.select({"type": TapTool}):
-            tool.callback = CustomJS(args=args, code=code)
+            tool.callback = CustomJS(args=args, code=code + FOCUS_TIMELINE)
 
 
 def counter_figure(title: str, unit: str, frame: pd.DataFrame, x_range: Range1d, *, width: int = 1100):
