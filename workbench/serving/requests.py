@@ -16,10 +16,11 @@ was sent, when its tokens came back, and whether it failed. Three generators are
   ok), beside `date` (local time, to the second, written after the run) and `duration`. Older versions have
   no `start_times`: requests are placed at `i / request_rate` (at 0 with an infinite rate). Either way the
   placement is an estimate, and `warnings` says so.
-- GuideLLM (0.4 to 0.7; 0.2 and 0.3 too): `benchmarks.json`, `benchmarks[].requests.{successful, errored,
-  incomplete}` with epoch-second timings (`info.timings.request_start`, `first_token_iteration`,
-  `last_token_iteration`, `request_end`; in 0.2 and 0.3 `start_time`, `first_token_time`, `end_time`). It keeps
-  no per-token times, so `token_ns` is null; incomplete requests (cut off at the benchmark's end) are left out.
+- GuideLLM (0.4 to 0.8.1, whose real report is in tests/data; 0.2 and 0.3 too): `benchmarks.json`,
+  `benchmarks[].requests.{successful, errored, incomplete}` with epoch-second timings
+  (`info.timings.request_start`, `first_token_iteration`, `last_token_iteration`, `request_end`; in 0.2 and 0.3
+  `start_time`, `first_token_time`, `end_time`). It keeps no per-token times, so `token_ns` is null; incomplete
+  requests (cut off at the benchmark's end) are left out.
 
 One row per request, in arrival order: | request | id | session | turn | arrival_ns | ack_ns | first_token_ns |
 end_ns | token_ns | prompt_tokens | output_tokens | status | error | ttft_ns | e2e_ns | tpot_ns | source |.
