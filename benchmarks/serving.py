@@ -138,7 +138,8 @@ def _print(result: dict[str, Any], args: argparse.Namespace) -> None:
     o = result["overhead"]
     print(f"overhead (concurrency {args.concurrency}, {args.overhead_requests} requests, {args.pairs} pairs "
           f"interleaved): AIPerf alone {o['median_alone']:.1f} tok/s, through the workbench "
-          f"{o['median_workbench']:.1f} tok/s; median of the pairs' ratios {o['ratio']:.3f} "
+          f"{o['median_workbench']:.1f} tok/s (ratio of the medians {o['median_workbench'] / o['median_alone']:.3f}); "
+          f"median of the pairs' ratios {o['ratio']:.3f} "
           f"(each: {', '.join(f'{r:.3f}' for r in o['pair_ratios'])})")
     print(f"  one /metrics scrape takes {o['scrape_ms']:.2f} ms of the API server, every {args.metrics_period:g} s: "
           f"at most {o['scrape_share']:.2%} of one core ({'within' if o['within_limit'] else 'OUTSIDE'} the "
