@@ -193,3 +193,16 @@ def test_vllm_bench_serve_is_the_fallback_generator(server: dict, tmp_path: Path
     assert len(requests) == raw["num_prompts"] == 6 and all(r["source"] == "vllm-bench" for r in requests)
     assert [r["output_tokens"] for r in requests] == raw["output_lens"] == [4] * 6
     assert any("time.perf_counter" in w for w in point["warnings"])  # its clock is placed, and it says so
+
+
+def test_multi_turn_sessions_with_a_shared_prefix_reuse_the_prefix_cache(server: dict, tmp_path: Path):
+    done = _serve(server, tmp_path, "--concurrency", "2", "--requests", "8", "--sessions", "2", "--turns", "4",
+                  "--shared-prefix", "160", "--isl", "32", "--osl", "4", "--endpoint", "chat", "--profile-window", "off")
+    assert done.returncode == 0, done.stderr
+    bundle = open_bundle(json.loads(done.stdout)["runs"][0]["run"], tmp_path)
+    turns: dict[str, list[int]] = {}
+    for row in bundle.table("requests").to_pylist():
+        turns.setdefault(row["session"], []).append(row["turn"])
+    assert sorted(sorted(t) for t in turns.values()) == [[0, 1, 2, 3], [0, 1, 2, 3]]
+    hits = [c["value"] for c in bundle.trace().counters.to_pylist() if c["name"] == "vllm:prefix_cache_hits_total"]
+    assert hits[-1] > hits[0]  # the shared system prompt and earlier turns hit the prefix cache (whole KV blocks)

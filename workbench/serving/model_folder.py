@@ -21,6 +21,10 @@ DEFAULT_SCALE: Mapping[str, Any] = {"layers": 2, "hidden": 128, "heads": 4, "int
                                     "max_positions": 2048}
 """A Llama small enough to serve on two CPU cores in seconds per request."""
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")
+CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }} {% endfor %}"
+"""The turns' texts one after another: enough for the chat endpoint and multi-turn loads on a random model."""
+FOLDER_FORMAT = 2
+"""Part of a saved folder's key: a folder saved by an earlier format (one without a chat template) is not reused."""
 
 
 def model_folder(ref: str, overrides: Mapping[str, Any]) -> tuple[Path, str]:
@@ -39,7 +43,7 @@ def model_folder(ref: str, overrides: Mapping[str, Any]) -> tuple[Path, str]:
         raise UnknownModelError(f"{ref!r}: a serving engine loads an hf:FOLDER or an hf-config:<preset> "
                                 f"(default {DEFAULT_MODEL})")
     settings = dict(DEFAULT_SCALE) if ref == DEFAULT_MODEL and not overrides else dict(overrides)
-    key = hashlib.sha256(json.dumps([ref, settings], sort_keys=True).encode()).hexdigest()[:12]
+    key = hashlib.sha256(json.dumps([ref, settings, FOLDER_FORMAT], sort_keys=True).encode()).hexdigest()[:12]
     name = ref.removeprefix("hf-config:")
     folder = cache_dir() / "serving-models" / f"{name}-{key}"
     if not (folder / "config.json").is_file():
@@ -64,7 +68,7 @@ def _save(ref: str, settings: Mapping[str, Any], folder: Path) -> None:
 
 def word_tokenizer(vocab_size: int) -> Any:
     """A word-level tokenizer of `vocab_size` ids: the special tokens, then words `w0`, `w1`, ...; a word it does
-    not know is `<unk>`, so any English prompt has one token per word."""
+    not know is `<unk>`, so any English prompt has one token per word. Its chat template joins the turns."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -73,4 +77,4 @@ def word_tokenizer(vocab_size: int) -> Any:
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>",
-                                   eos_token="</s>", pad_token="<pad>")
+                                   eos_token="</s>", pad_token="<pad>", chat_template=CHAT_TEMPLATE)
