@@ -193,7 +193,7 @@ def test_serving_view_links_requests_to_steps(tmp_path):
     assert all(np.isfinite(segments.data["first_step"][i]) for i in joined)
     callbacks = [tool.callback for tool in layout.select({"type": TapTool})]
     assert len(callbacks) == 2 and all(isinstance(c, CustomJS) for c in callbacks)
-    assert all(set(c.args) == {"segments", "steps"} for c in callbacks)
+    assert all(set(c.args) == {"segments", "steps", "timeline_name"} for c in callbacks)
     names = titles(layout)
     assert any(t.startswith("request waterfall: 6 requests") for t in names)
     assert any(t.startswith("engine steps: 24") for t in names)
