@@ -19,6 +19,7 @@ with QuietWhileLoading():  # Ctrl-C while the command line loads exits 130 quiet
     from workbench.cli.analysis import analyze, cost
     from workbench.cli.capture import capture
     from workbench.cli.child import profile_variant_child
+    from workbench.cli.diff import diff
     from workbench.cli.llm import generate, llm_model
     from workbench.cli.query import query
     from workbench.cli.ranks import ranks
@@ -32,7 +33,7 @@ __all__ = ["EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "EXIT_PARTIAL", "main"]
 """The command group, and the exit codes it ends with (defined in `workbench.errors`)."""
 
 COMMANDS = (capture, profile_variant_child, import_, ls, show, report, rm, xprof, analyze, cost, generate, llm_model,
-            query, ranks, serve)
+            query, ranks, serve, diff)
 """Every command, by module: capture, the child, the traces commands, xprof, analysis, llm, query, ranks."""
 
 

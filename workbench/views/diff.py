@@ -9,6 +9,8 @@ those names' spans in both timelines. Names render as text (table cells, axis la
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 from bokeh.core.properties import field
@@ -27,13 +29,14 @@ from bokeh.models import (
 from bokeh.plotting import figure
 
 from workbench.analysis.breakdown import phase_window
-from workbench.analysis.diff import diff_summary, trace_diff
+from workbench.analysis.diff import COMPARE_KINDS, RunFigures, RunPair, TraceComparison, diff_summary, trace_diff
 from workbench.errors import WorkbenchError
 from workbench.trace import Trace
 from workbench.trace.schema import PHASE_MEASURE
 from workbench.views._table import data_table, rows_note
 from workbench.views.experiments import stacked_timelines
 from workbench.views.tables import link_table_to_timeline
+from workbench.views.text_tables import Block, Cell, TextTable, cells
 from workbench.views.timeline import SPANS_SOURCE
 
 DIFF_TABLE = "diff table"
@@ -155,3 +158,98 @@ def _label(name: str, kind: str) -> str:
     """An axis label: the name (cut to `LABEL_CHARS`) and its kind."""
     text = name if len(name) <= LABEL_CHARS else name[:LABEL_CHARS - 1] + "…"
     return f"{text} [{kind}]"
+
+
+# -- the comparison of several runs as text (the CLI's `workbench diff`) -------------------------------------
+
+DELTA_TEXT_COLUMNS = ("status", "name", "calls base", "calls", "Δ calls", "base ms", "ms", "Δ ms", "mean base µs",
+                      "mean µs")
+"""Columns of the op and kernel delta tables of `comparison_blocks`."""
+STEP_TEXT_COLUMNS = ("run", "steps from", "steps", "median ms", "p10 ms", "p90 ms", "spread", "Δ median ms", "ratio")
+DEVICE_TEXT_COLUMNS = ("run", "device", "busy ms", "Δ busy ms", "idle ms", "Δ idle ms", "busy %", "copy ms",
+                       "copy hidden %", "Δ overlap ms")
+
+
+def comparison_blocks(comparison: TraceComparison, top: int = 15) -> list[Block]:
+    """The comparison as text blocks: which runs against which baseline, step times, then per other run its
+    device activity and its op and kernel deltas (largest regressions first, then improvements); every run is
+    named by its name, counts print as integers."""
+    base = comparison.baseline
+    others = [r.name for r in comparison.runs if r.run_id != base.run_id]
+    blocks: list[Block] = [
+        (Cell(f"{len(others)} run{'s' if len(others) != 1 else ''} ("), Cell(", ".join(others), "strong"),
+         Cell(") compared against "), Cell(base.name, "strong"),
+         Cell(f"; counted over: {'; '.join(f'{r.name}: {r.scope}' for r in comparison.runs)}")),
+    ]
+    pairs = {p.run_id: p for p in comparison.pairs}
+    blocks.append(TextTable("step time", STEP_TEXT_COLUMNS, tuple(
+        _step_row(r, pairs.get(r.run_id)) for r in comparison.runs), left=frozenset({"run", "steps from"})))
+    for pair in comparison.pairs:
+        if pair.devices:
+            blocks.append(TextTable(f"devices: {pair.name} against {base.name}", DEVICE_TEXT_COLUMNS, tuple(
+                row for d in pair.devices for row in _device_rows(base.name, pair.name, d)),
+                left=frozenset({"run", "device"})))
+        for kind in COMPARE_KINDS:
+            names = pair.names(kind)
+            if not any(names.values()):
+                continue
+            deltas = pair.deltas(kind, top)
+            title = (f"{kind}s: {pair.name} against {base.name}: {names['new']} new, {names['vanished']} vanished, "
+                     f"{names['changed']} changed, {names['unchanged']} unchanged (top {top} regressions, then "
+                     "improvements)")
+            blocks.append(TextTable(title, DELTA_TEXT_COLUMNS, tuple(
+                cells(Cell(str(r.status), _STATUS_TONE.get(str(r.status))), str(r.name), _count(r.count_a),
+                      _count(r.count_b), _signed(r.delta_count, 0), _ms(r.time_a_ns), _ms(r.time_b_ns),
+                      _signed(r.delta_ns / 1e6, 3), _us(r.mean_a_ns), _us(r.mean_b_ns))
+                for r in deltas.itertuples()), left=frozenset({"status", "name"})))
+    return blocks
+
+
+_STATUS_TONE = {"new": "bad", "vanished": "good"}
+
+
+def _count(value: float) -> str:
+    return f"{int(value):,}"
+
+
+def _signed(value: float, digits: int) -> Cell:
+    text = f"{value:+,.{digits}f}"
+    return Cell(text, "bad" if value > 0 else "good" if value < 0 else None)
+
+
+def _us(value: float) -> str:
+    return "-" if value != value else f"{value / 1e3:,.1f}"
+
+
+def _ms(value: Any) -> str:
+    return "-" if value is None else f"{value / 1e6:,.3f}"
+
+
+def _step_row(run: RunFigures, pair: RunPair | None) -> tuple:
+    s = run.steps
+    spread = s.get("spread")
+    delta = ("baseline" if pair is None else
+             "-" if pair.step_delta_ns is None else _signed(pair.step_delta_ns / 1e6, 3))
+    ratio = "" if pair is None else ("-" if pair.step_ratio is None else f"{pair.step_ratio:.2f}×")
+    return cells(run.name, s["source"], _count(s["steps"]), _ms(s.get("median_ns")), _ms(s.get("p10_ns")),
+                 _ms(s.get("p90_ns")), "-" if spread is None else f"{spread:.0%}", delta, ratio)
+
+
+def _device_rows(base: str, name: str, d: dict[str, Any]) -> list[tuple]:
+    def share(v: Any) -> str:
+        return "-" if v is None else f"{v:.0%}"
+
+    rows = []
+    if d["baseline_device"] is not None:
+        rows.append(cells(base, d["baseline_device"], _ms(d["baseline_busy_ns"]), "", _ms(d["baseline_idle_ns"]), "",
+                          share(d["baseline_busy_share"]), _ms(d["baseline_copy_ns"]),
+                          share(d["baseline_copy_hidden_share"]), ""))
+    if d["device"] is not None:
+        def delta(key: str) -> Cell | str:
+            v = d[f"delta_{key}"]
+            return "-" if v is None else _signed(v / 1e6, 3)
+
+        rows.append(cells(name, d["device"], _ms(d["busy_ns"]), delta("busy_ns"), _ms(d["idle_ns"]), delta("idle_ns"),
+                          share(d["busy_share"]), _ms(d["copy_ns"]), share(d["copy_hidden_share"]),
+                          delta("overlap_ns")))
+    return rows
