@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
 from workbench.trace import Trace
-from workbench.trace.schema import PHASE_MEASURE
+from workbench.trace.schema import DEVICE_KINDS, PHASE_MEASURE
 
 OP_TABLE_COLUMNS = ("name", "calls", "total_ns", "self_ns", "mean_ns", "device_ns", "flops", "flops_per_s", "share",
                     "step_share")
+
+
+WRAPPER_PATTERN = re.compile(r"ProfilerStep#\d+|## .* ##|\[[^\]]*\|[^\]]*\]", re.DOTALL)
+"""Names of profiler wrappers rather than work: the profiler's step ranges (`ProfilerStep#7`), the `## forward ##`
+markers of training loops and compiled graphs (`## Call CompiledFxGraph abc ##`) and the bracketed, pipe-separated
+labels benchmark harnesses record (`[param|pytorch.model.alex_net|1|measure|forward]`). They span the work of
+their step, so a table ranked by total time would lead with them."""
+
+
+def is_wrapper(names: pd.Series) -> np.ndarray:
+    """Per name, whether it is a profiler wrapper (`WRAPPER_PATTERN`, matching the whole name)."""
+    text = names.astype(str)
+    return text.str.fullmatch(WRAPPER_PATTERN.pattern, flags=re.DOTALL).fillna(False).to_numpy(dtype=bool)
 
 
 def kind_counts(trace: Trace) -> dict[str, int]:
@@ -66,27 +81,40 @@ def phase_window(trace: Trace, name: str = PHASE_MEASURE) -> tuple[int, int] | N
     return int(first["start_ns"]), int(first["start_ns"] + first["dur_ns"])
 
 
-def op_table(trace: Trace, kinds: tuple[str, ...] = ("op",), window: tuple[int, int] | None = None) -> pd.DataFrame:
-    """Per name of the given kinds: calls, total/self/mean ns, device ns launched, flops, share.
+def device_time_ns(events: pd.DataFrame) -> np.ndarray:
+    """Per event, its device time: a device event's (kernel, memcpy, ...) own duration; a host event's the summed
+    duration of the device work it launched, itself or through the spans nested in it
+    (`device_time_launched_ns`)."""
+    on_device = events["kind"].astype(str).isin(DEVICE_KINDS).to_numpy()
+    return np.where(on_device, events["dur_ns"].to_numpy(dtype=np.int64), device_time_launched_ns(events))
+
+
+def op_table(trace: Trace, kinds: tuple[str, ...] = ("op",), window: tuple[int, int] | None = None, *,
+             wrappers: bool = True) -> pd.DataFrame:
+    """Per name of the given kinds: calls, total/self/mean ns, device ns, flops, share.
 
     | name | calls | total_ns | self_ns | mean_ns | device_ns | flops | flops_per_s | share | step_share |
 
-    Only events starting inside `window` (ns) count when one is given. `flops_per_s` is achieved
+    Only events starting inside `window` (ns) count when one is given; without `wrappers`, names of profiler
+    wrappers (`WRAPPER_PATTERN`: `ProfilerStep#N`...) are left out. `device_ns` is a device event's own duration
+    and a host event's device time launched (`device_time_ns`). `calls` is an int. `flops_per_s` is achieved
     FLOP/s: over the device time launched where the op launched device work, else over its own time.
     `share` is the fraction of all self time of those kinds; `step_share` the fraction of the wall time
     of the window (the profiled steps of a capture; the whole trace without one) that the name's calls
     span (nested names overlap, so these do not add up to 1). Sorted by total time.
     """
     events = trace.df()
-    events = events.assign(self_ns=self_time_ns(events), device_ns=device_time_launched_ns(events))
+    events = events.assign(self_ns=self_time_ns(events), device_ns=device_time_ns(events))
     rows = events[events["kind"].isin(kinds)]
     if window is not None:
         rows = rows[(rows["start_ns"] >= window[0]) & (rows["start_ns"] < window[1])]
+    if not wrappers and not rows.empty:
+        rows = rows[~is_wrapper(rows["name"])]
     if rows.empty:
         return pd.DataFrame(columns=[*OP_TABLE_COLUMNS])
     grouped = rows.groupby(rows["name"].astype(str), observed=True)
     table = pd.DataFrame({
-        "calls": grouped.size(),
+        "calls": grouped.size().astype(np.int64),
         "total_ns": grouped["dur_ns"].sum(),
         "self_ns": grouped["self_ns"].sum(),
         "device_ns": grouped["device_ns"].sum(),

@@ -28,7 +28,7 @@ def model_label(name: str | None, weights: str | None) -> str | None:
     return f"{name} ({weights} weights)" if name and weights else name
 
 
-def run_summary(bundle: Bundle, top: int = 10) -> dict[str, Any]:
+def run_summary(bundle: Bundle, top: int = 10, *, all_ops: bool = False) -> dict[str, Any]:
     """Key figures of a run as JSON-ready values.
 
     `{"run", "status", "model", "weights": "real" | "random" | None, "variant", "device", "events": {kind: n},
@@ -39,9 +39,10 @@ def run_summary(bundle: Bundle, top: int = 10) -> dict[str, Any]:
     `workbench.serving.steps.steps_summary`), "serving": {...} | None (a serving run's or an imported generator
     result's load, latencies, time split and findings: `workbench.serving.summary`), "graph_kernels": {...} | None
     (graph-replayed kernels by capture-time op, `workbench.serving.graphs`), "warnings": [...], "top_ops": [...],
-    "top_kernels": [...]}`; the op
-    tables cover the `measure` phase of a capture (steady state, not compilation) and the whole trace of an
-    import; `warnings` are the trace reader's (`reader_warnings`)."""
+    "top_kernels": [...]}`; the op tables (`op_table` rows: `calls` an int, `device_ns` a kernel's own time and
+    an op's kernels' time) cover the `measure` phase of a capture (steady state, not compilation) and the whole
+    trace of an import; `warnings` are the trace reader's (`reader_warnings`). Top ops leave out profiler wrappers
+    (`ProfilerStep#N`, `## ... ##` markers: `breakdown.WRAPPER_PATTERN`) unless `all_ops`."""
     record = bundle.record
     bench = record.benchmark or {}
     summary: dict[str, Any] = {
@@ -87,7 +88,7 @@ def run_summary(bundle: Bundle, top: int = 10) -> dict[str, Any]:
     summary["ops_window"] = PHASE_MEASURE if window else "whole trace"
     # Nsight exports carry framework ops as NVTX ranges (annotations): rank those when there are no ops.
     op_kinds = ("op",) if summary["ops"] else ("annotation",)
-    summary["top_ops"] = _records(op_table(trace, op_kinds, window).head(top))
+    summary["top_ops"] = _records(op_table(trace, op_kinds, window, wrappers=all_ops).head(top))
     summary["top_kernels"] = _records(op_table(trace, ("kernel",), window).head(top))
     return summary
 

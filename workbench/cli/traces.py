@@ -24,10 +24,14 @@ from workbench.cli.render import (
 )
 from workbench.errors import EXIT_PARTIAL
 from workbench.paths import checked_output, checked_root, root_where_it_lies
-from workbench.views.text_tables import Cell, TextTable, cells, format_number
+from workbench.views.text_tables import Cell, TextTable, cells, format_count, format_duration, format_number
 
 RUN_COLUMNS = ("run", "model", "variant", "device", "status", "p50 ms", "experiment", "created")
-OP_COLUMNS = ("name", "calls", "total ms", "self ms", "device ms", "share")
+OP_COLUMNS = ("name", "calls", "total", "self", "device", "share")
+NAME_WIDTH = 70
+"""Characters of an op or kernel name `show` prints before cutting it (`--wide` prints names whole)."""
+ID_COLUMNS = ("run", "experiment")
+"""Columns of `ls` that hold ids: never cut, whatever the width."""
 GRAPH_COLUMNS = ("op", "kernels", "kernel ms")
 SERVING_COLUMNS = ("metric", "mean", "p50", "p90", "p99")
 PHASE_COLUMNS = ("requests", "queued", "prefill", "delivery", "decode", "stalled")
@@ -147,7 +151,7 @@ def ls(out_dir: str | None, as_json: bool) -> None:
     if as_json:
         print_json(rows)
     elif rows:
-        print_table(runs_table(where, rows), no_wrap=("run",))
+        print_table(runs_table(where, rows), no_wrap=ID_COLUMNS, fold=(*ID_COLUMNS, "model", "variant", "device"))
     else:
         out.print(f"no runs in {where} (create some with `workbench capture`)")
     for problem in problems:
@@ -157,26 +161,31 @@ def ls(out_dir: str | None, as_json: bool) -> None:
 @click.command()
 @click.argument("run")
 @click.option("--top", default=10, show_default=True, type=click.IntRange(min=1), help="Rows in the op tables.")
+@click.option("--wide", is_flag=True, help=f"Print op and kernel names whole (folded over lines) instead of cutting "
+                                          f"them at {NAME_WIDTH} characters.")
+@click.option("--all-ops", is_flag=True, help="Rank profiler wrappers among the top ops too (ProfilerStep#N, "
+                                             "`## forward ##` markers...), which span whole steps.")
 @out_option
 @json_option
-def show(run: str, top: int, out_dir: str | None, as_json: bool) -> None:
+def show(run: str, top: int, wide: bool, all_ops: bool, out_dir: str | None, as_json: bool) -> None:
     """Summary of one run (id under the traces root, or a bundle's path)."""
     from workbench.analysis.summary import run_summary
     from workbench.trace.store.bundle import open_bundle
 
     with errors():
-        summary = run_summary(open_bundle(run, checked_root(out_dir, writing=False)), top=top)
+        summary = run_summary(open_bundle(run, checked_root(out_dir, writing=False)), top=top, all_ops=all_ops)
     if as_json:
         print_json(summary)
     else:
-        _print_summary(summary)
+        _print_summary(summary, wide=wide)
 
 
 def runs_table(where: str, rows: list[dict[str, Any]]) -> TextTable:
     """The runs of the traces root `where` (`run_row`s), as `ls` lists them."""
     return TextTable(f"runs in {where}", RUN_COLUMNS, tuple(
         cells(row["run"], row["model"] or "-", row["variant"] or "-", row["device"] or "-", row["status"],
-              median_cell(row["p50_ms"], row["noise"]), row["experiment"] or "-", row["created"][:19]) for row in rows),
+              median_cell(row["p50_ms"], row["noise"]), row["experiment"] or "-",
+              row["created"][:16].replace("T", " ")) for row in rows),
         left=frozenset(RUN_COLUMNS) - {"p50 ms"})
 
 
@@ -187,8 +196,19 @@ def median_cell(p50_ms: float | None, noise: str | None) -> Any:
     return (Cell(format_number(p50_ms)), Cell(" noisy", "bad"))
 
 
-def _print_summary(s: dict[str, Any]) -> None:
-    """`show`'s text: the run's headline, then its figures, and its top ops and kernels as tables."""
+def op_rows_table(title: str, rows: list[dict[str, Any]]) -> TextTable:
+    """Top ops or kernels (`op_table` records) as `show` prints them: counts as integers, times in the unit that
+    suits each ("80.8 ms", "12.3 µs"), device time a kernel's own and an op's kernels' ("-" for none)."""
+    return TextTable(title, OP_COLUMNS, tuple(
+        cells(row["name"], format_count(row["calls"]), format_duration(row["total_ns"]),
+              format_duration(row["self_ns"]), format_duration(row["device_ns"]) if row["device_ns"] else "-",
+              f"{row['share']:.1%}")
+        for row in rows), left=frozenset({"name"}))
+
+
+def _print_summary(s: dict[str, Any], *, wide: bool = False) -> None:
+    """`show`'s text: the run's headline, then its figures, and its top ops and kernels as tables (names cut at
+    `NAME_WIDTH` characters unless `wide`)."""
     from workbench.analysis.summary import model_label
 
     out.print(Text.assemble((s["run"], "bold"), f"  model {model_label(s['model'], s.get('weights')) or '-'}  "
@@ -224,15 +244,21 @@ def _print_summary(s: dict[str, Any]) -> None:
                                   cells(row["op"], row["kernels"], row["kernel_ns"] / 1e6) for row in g["by_op"]),
                               left=frozenset({"op"})), max_widths={"op": 70})
     if s["events"]:
-        print_kv("events", {**s["events"], **{f"kernel time {d} (ms)": ns / 1e6 for d, ns in s["kernel_ns"].items()},
+        print_kv("events", {**s["events"],
+                            **{f"kernel time {d}": format_duration(ns) for d, ns in s["kernel_ns"].items()},
                             **{f"memory peak {d} (MiB)": n / 2**20 for d, n in s["memory_peak_bytes"].items()}})
     scope = f" ({s['ops_window']})"
+    cut = False
     for title, rows in ((f"top ops{scope}", s["top_ops"]), (f"top kernels{scope}", s["top_kernels"])):
-        if rows:
-            print_table(TextTable(title, OP_COLUMNS, tuple(
-                cells(row["name"], str(row["calls"]), row["total_ns"] / 1e6, row["self_ns"] / 1e6,
-                      row["device_ns"] / 1e6, f"{row['share']:.1%}") for row in rows), left=frozenset({"name"})),
-                no_wrap=OP_COLUMNS, max_widths={"name": 70})
+        if not rows:
+            continue
+        if wide:
+            print_table(op_rows_table(title, rows), no_wrap=OP_COLUMNS[1:], fold=("name",))
+        else:
+            print_table(op_rows_table(title, rows), no_wrap=OP_COLUMNS, max_widths={"name": NAME_WIDTH})
+            cut = cut or any(len(row["name"]) > NAME_WIDTH for row in rows)
+    if cut:
+        out.print(f"names longer than {NAME_WIDTH} characters are cut: `--wide` prints them whole")
 
 
 def _print_serving(serving: dict[str, Any]) -> None:

@@ -63,7 +63,29 @@ def format_number(value: Any, suffix: str = "") -> str:
         return "-"
     if isinstance(value, str):
         return value
-    return f"{value:.3g}{suffix}" if abs(value) < 1000 else f"{value:,.0f}{suffix}"
+    return f"{value:.3g}{suffix}" if abs(value) < 999.5 else f"{value:,.0f}{suffix}"
+
+
+DURATION_UNITS = ((1e9, "s"), (1e6, "ms"), (1e3, "µs"), (1.0, "ns"))
+"""Units of a duration, largest first, with their size in ns."""
+
+
+def format_duration(ns: Any) -> str:
+    """A duration given in ns in the unit that suits it, three significant digits: "850 ns", "12.3 µs",
+    "80.8 ms", "1.23 s" (seconds past 1000 with separators: "4,096 s"); "-" when missing (None or NaN)."""
+    if ns is None or (isinstance(ns, numbers.Real) and ns != ns):
+        return "-"
+    value = float(ns)
+    size, unit = next(((size, unit) for size, unit in DURATION_UNITS if abs(value) / size >= 0.9995),
+                      DURATION_UNITS[-1])
+    return format_number(value / size, f" {unit}")
+
+
+def format_count(value: Any) -> str:
+    """A count as an integer with separators ("12,345"), whatever its type (3.0 reads "3"); "-" when missing."""
+    if value is None or (isinstance(value, numbers.Real) and value != value):
+        return "-"
+    return f"{round(float(value)):,}"
 
 
 def cells(*values: Any) -> tuple[Cell | Paragraph, ...]:
