@@ -42,6 +42,7 @@ from workbench.errors import WorkbenchError
 from workbench.hardware import resolve_device_spec
 from workbench.trace import Trace, read_trace
 from workbench.trace.store.bundle import Bundle, open_bundle
+from workbench.views._table import hover_formatter
 from workbench.views.dashboard import dashboard
 from workbench.views.diff import DELTA_BARS, DIFF_TABLE, STATUS_COLORS, diff_view
 from workbench.views.findings import EVIDENCE, FINDINGS_TABLE, findings_panel
@@ -269,10 +270,12 @@ def _assert_names_are_text(layout) -> None:
         if isinstance(model, Div) and any(p in model.text for p in PAYLOADS):
             assert model.render_as_text
         if isinstance(model, DataTable):
-            assert not any(isinstance(c.formatter, HTMLTemplateFormatter) for c in model.columns)
             for c in model.columns:
-                if c.field == "name":
-                    assert isinstance(c.formatter, StringFormatter)
+                if isinstance(c.formatter, HTMLTemplateFormatter):  # a name whole on hover: escaped copies only
+                    assert c.formatter.template == hover_formatter(c.field).template
+                    assert not any(p in text for p in PAYLOADS for text in model.source.data[c.field + "_escaped"])
+                else:
+                    assert c.field != "name" or isinstance(c.formatter, StringFormatter)
     html = file_html(layout, INLINE, "payloads")
     for payload in PAYLOADS:
         assert payload not in html

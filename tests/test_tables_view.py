@@ -11,7 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 from bokeh.embed import file_html
-from bokeh.models import ColumnDataSource, CustomJS, DataTable, Div, HTMLTemplateFormatter, StringFormatter
+from bokeh.models import ColumnDataSource, CustomJS, DataTable, Div, HTMLTemplateFormatter
 from bokeh.resources import CDN
 from conftest import fixture_path, write_trace
 
@@ -49,14 +49,17 @@ def table_of(layout) -> DataTable:
 @pytest.mark.parametrize("kinds", [("op",), ("kernel",)])
 def test_rows_and_order_equal_op_table(kinds):
     trace = read_trace(fixture_path("kineto", "resnet50_v100_train.pt.trace.json.gz"))
-    expected = op_table(trace, kinds)
-    data = table_of(op_table_view(trace, kinds)).source.data
+    expected = op_table(trace, kinds, wrappers=False)
+    table = table_of(op_table_view(trace, kinds))
+    data = table.source.data
     assert list(data["name"]) == expected["name"].tolist()
     assert list(data["calls"]) == expected["calls"].tolist()
-    scale = 1e6  # this trace lasts over a second: times in ms
-    np.testing.assert_allclose(data["total"], expected["total_ns"] / scale)
-    np.testing.assert_allclose(data["self"], expected["self_ns"] / scale)
-    np.testing.assert_allclose(data["device"], expected["device_ns"] / scale)
+    scales = {"ns": 1, "µs": 1e3, "ms": 1e6, "s": 1e9}
+    titles = {c.field: c.title for c in table.columns}
+    for field in ("total", "self", "device", "mean"):
+        unit = titles[field].split("(")[1].rstrip(")")  # one unit per column, that of its largest value
+        np.testing.assert_allclose(data[field], expected[f"{field}_ns"] / scales[unit])
+        assert 1 <= np.nanmax(data[field]) < 1000 or np.nanmax(data[field]) == 0 or unit == "s"
     np.testing.assert_allclose(data["share"], expected["share"])
 
 
@@ -88,8 +91,14 @@ def test_names_render_as_text(flops_trace):
     layout = op_table_view(flops_trace)
     table = table_of(layout)
     name_column = next(c for c in table.columns if c.field == "name")
-    assert type(name_column.formatter) is StringFormatter
-    assert not list(layout.select({"type": HTMLTemplateFormatter}))
+    # The whole name on hover: the template inserts only the escaped copy of each name, as text and as title.
+    assert type(name_column.formatter) is HTMLTemplateFormatter
+    assert name_column.formatter.template == '<span title="<%= name_escaped %>"><%= name_escaped %></span>'
+    escaped = dict(zip(table.source.data["name"], table.source.data["name_escaped"], strict=True))
+    for payload in PAYLOADS:
+        assert escaped[payload] == html.escape(payload, quote=True)
+        assert "<" not in escaped[payload] and '"' not in escaped[payload]
+    assert all(type(c.formatter) is not HTMLTemplateFormatter for c in table.columns if c.field != "name")
     assert all(div.render_as_text for div in layout.select({"type": Div}))
 
     page = file_html(layout, CDN, "ops")

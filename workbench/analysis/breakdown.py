@@ -96,8 +96,9 @@ def op_table(trace: Trace, kinds: tuple[str, ...] = ("op",), window: tuple[int, 
     | name | calls | total_ns | self_ns | mean_ns | device_ns | flops | flops_per_s | share | step_share |
 
     Only events starting inside `window` (ns) count when one is given; without `wrappers`, names of profiler
-    wrappers (`WRAPPER_PATTERN`: `ProfilerStep#N`...) are left out. `device_ns` is a device event's own duration
-    and a host event's device time launched (`device_time_ns`). `calls` is an int. `flops_per_s` is achieved
+    wrappers (`WRAPPER_PATTERN`: `ProfilerStep#N`...) are left out (their self time still counts in `share`).
+    `device_ns` is a device event's own duration and a host event's device time launched (`device_time_ns`).
+    `calls` is an int. `flops_per_s` is achieved
     FLOP/s: over the device time launched where the op launched device work, else over its own time.
     `share` is the fraction of all self time of those kinds; `step_share` the fraction of the wall time
     of the window (the profiled steps of a capture; the whole trace without one) that the name's calls
@@ -108,8 +109,6 @@ def op_table(trace: Trace, kinds: tuple[str, ...] = ("op",), window: tuple[int, 
     rows = events[events["kind"].isin(kinds)]
     if window is not None:
         rows = rows[(rows["start_ns"] >= window[0]) & (rows["start_ns"] < window[1])]
-    if not wrappers and not rows.empty:
-        rows = rows[~is_wrapper(rows["name"])]
     if rows.empty:
         return pd.DataFrame(columns=[*OP_TABLE_COLUMNS])
     grouped = rows.groupby(rows["name"].astype(str), observed=True)
@@ -128,6 +127,8 @@ def op_table(trace: Trace, kinds: tuple[str, ...] = ("op",), window: tuple[int, 
     table["share"] = table["self_ns"] / total_self if total_self else 0.0
     table["step_share"] = table["total_ns"] / _span_ns(events, window)
     table = table.reset_index(names="name").sort_values("total_ns", ascending=False, ignore_index=True)
+    if not wrappers:  # after the shares: a wrapper's self time is still part of all self time
+        table = table[~is_wrapper(table["name"])].reset_index(drop=True)
     return table[[*OP_TABLE_COLUMNS]]
 
 
