@@ -1,6 +1,8 @@
 """The notebooks of notebooks/: each runs top to bottom in a fresh kernel (nbclient, offline, tiny models)
 and its outputs show what its text promises; an executed notebook exports to HTML (nbconvert with the
-`offline` template of notebooks/templates/) that carries BokehJS and its plots and loads nothing remote."""
+`offline` template of notebooks/templates/) that carries BokehJS and its plots and loads nothing remote. The
+notebooks' first line, `workbench.quiet.quiet()`, keeps the libraries' known chatter out of their outputs (stderr)
+and leaves the user's own warnings and errors there."""
 
 from __future__ import annotations
 
@@ -25,18 +27,33 @@ BOKEH_EXEC = "application/vnd.bokehjs_exec.v0+json"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 REMOTE_SCRIPT = re.compile(r"<script\b[^>]*\bsrc\s*=\s*[\"']?\s*(https?:)?//", re.IGNORECASE)
 REMOTE_STYLE = re.compile(r"<link\b[^>]*\bhref\s*=\s*[\"']?\s*(https?:)?//", re.IGNORECASE)
+NOISE = re.compile(
+    r"^(USDT|STAGE|INFO|WARNING|ERROR):\d{4}-\d\d-\d\d "  # Kineto
+    r"|^[IWE]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\]"  # glog / absl (XLA, XProf) and torch's logger
+    r"|absl::InitializeLog|gpuGetDeviceCount|External init callback"
+    r"|register_constant\(\)|_pytree|_stable_hash_for_caching|No CUDA runtime is found",
+    re.MULTILINE,
+)
+"""What the libraries under the notebooks are known to print on stderr: their chatter, not the notebook's."""
 
 
 def execute(name: str, traces: Path, **env: str):
     """Run notebook `name` top to bottom in a fresh kernel started in notebooks/ (as Jupyter would), its
     runs written under `traces`; a cell that raises fails the test with its traceback."""
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    return run(nb, NOTEBOOKS, WORKBENCH_TRACES=str(traces), **env)
+
+
+def run(nb, folder: Path, **env: str):
+    """Execute `nb` in a fresh kernel started in `folder`, with `env` added to its environment. The kernel
+    does not learn it runs under pytest, so it sends what is written to fds 1 and 2 (native libraries' lines)
+    to the cells' outputs, as under Jupyter (ipykernel leaves the descriptors alone under pytest)."""
     with pytest.MonkeyPatch.context() as patch:  # the kernel inherits the environment
-        patch.setenv("WORKBENCH_TRACES", str(traces))
+        patch.delenv("PYTEST_CURRENT_TEST", raising=False)
         for key, value in env.items():
             patch.setenv(key, value)
         nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                                resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+                                resources={"metadata": {"path": str(folder)}}).execute()
     return nb
 
 
@@ -55,12 +72,20 @@ def table(cell_outputs: list) -> list[dict[str, str]]:
             for row in soup.select("tbody tr")]
 
 
+def stderr(nb) -> str:
+    """What the notebook's cells printed on stderr."""
+    return "".join(o.text for c in nb.cells for o in c.get("outputs", [])
+                   if o.output_type == "stream" and o.name == "stderr")
+
+
 def assert_ran_clean(nb) -> None:
-    """Every code cell ran, in order, and none left an error output."""
+    """Every code cell ran, in order, none left an error output, and none printed the libraries' known chatter."""
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert [c.execution_count for c in code] == list(range(1, len(code) + 1))
     errors = [o for c in code for o in c.outputs if o.output_type == "error"]
     assert errors == []
+    noise = [line for line in stderr(nb).splitlines() if NOISE.search(line)]
+    assert noise == []
 
 
 def assert_plot(cell_outputs: list) -> None:
@@ -109,15 +134,47 @@ def test_exported_html_is_self_contained(quick_start, tmp_path):
     body, _ = offline.from_notebook_node(quick_start)
     assert not REMOTE_SCRIPT.search(body) and not REMOTE_STYLE.search(body)
     soup = bs4.BeautifulSoup(body, "html.parser")
+    remote = [(tag.name, name, value) for tag in soup.find_all(True) for name, value in tag.attrs.items()
+              if name in ("src", "href", "data") and re.match(r"\s*(https?:)?//", str(value))]
+    assert remote == []  # no script, style, image or frame from the network
     scripts = [s.get_text() for s in soup.find_all("script")]
     bokehjs = [s for s in scripts if f'"{bokeh_version}"' in s or f"'{bokeh_version}'" in s]
     assert bokehjs and max(map(len, bokehjs)) > 1_000_000  # BokehJS itself, inline
+    for tag in soup.find_all("script"):  # BokehJS names CDNs it would use only for math text and icons
+        if tag.get_text() in bokehjs:
+            tag.decompose()
+    assert "https://cdn" not in str(soup)  # nothing else names a CDN (require.js, MathJax, mermaid)
+    assert not NOISE.search(soup.get_text("\n"))  # the exported outputs carry no chatter either
     assert any("embed_items_notebook" in s or "embed_items" in s for s in scripts)  # the plot
     assert soup.title.get_text() == "workbench: quick start"
     (tmp_path / "quick-start.html").write_text(body, encoding="utf-8")
 
     default, _ = HTMLExporter(template_name="lab").from_notebook_node(quick_start)
     assert REMOTE_SCRIPT.search(default)  # what the offline template leaves out (require.js, MathJax)
+
+
+def test_quiet_keeps_the_users_own_warnings(tmp_path):
+    """In a kernel, `quiet()` leaves out the native chatter written to fd 2 and the known deprecations, and keeps
+    what the user's code writes and warns, native or Python."""
+    cells = [
+        "from workbench.quiet import quiet\nquiet()",
+        "import logging, os, sys, warnings\n"
+        "os.write(2, b'USDT:2026-12-04 22:11:47 1:1 SyncActivityProfilerHandler.cpp:39] profiler_start\\n')\n"
+        "os.write(2, b'ERROR:2026-12-04 22:11:47 1:1 DeviceProperties.cpp:56] gpuGetDeviceCount failed\\n')\n"
+        "os.write(2, b'E0000 00:00:1796422448.528759   16016 factory.cc:65] No UnifiedProfileProcessor\\n')\n"
+        "os.write(2, b'my native error\\n')\n"
+        "warnings.warn('my own warning', UserWarning)\n"
+        "warnings.warn('Calling register_constant() on X is deprecated', FutureWarning)\n"  # from __main__: kept
+        "pytree = logging.getLogger('torch.utils._pytree')\n"
+        "pytree.warning('Calling register_constant() on Enum subclasses is deprecated')\n"
+        "pytree.warning('my own pytree record')",
+        "import sys, time\nsys.stderr.flush(); time.sleep(1)",  # lets fd 2's pipes drain into this cell at the latest
+    ]
+    printed = stderr(run(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), tmp_path))
+    for kept in ("my native error", "my own warning", "on X is deprecated", "my own pytree record"):
+        assert kept in printed, printed
+    for left_out in ("profiler_start", "gpuGetDeviceCount", "UnifiedProfileProcessor", "Enum subclasses"):
+        assert left_out not in printed, printed
 
 
 @pytest.mark.slow
