@@ -6,7 +6,8 @@ import json
 
 import pytest
 from bokeh.embed import file_html
-from bokeh.models import DataTable, StringFormatter
+from bokeh.models import DataTable, Div, StringFormatter
+from bokeh.plotting import figure as figure_type
 from bokeh.resources import INLINE
 from click.testing import CliRunner
 from conftest import TINY_CAPTURE
@@ -58,12 +59,32 @@ def test_ops_aligned_per_step(experiment):
 def test_compare_view_builds_and_escapes_names(experiment):
     layout = compare(experiment)
     tables = list(layout.select({"type": DataTable}))
-    assert len(tables) == 3
+    # summary, fusion, the trace comparison's step time and op deltas, ops aligned (a CPU run: no kernels, no devices)
+    assert len(tables) == 5
     summary = next(t for t in tables if "p50_ms" in t.source.data)
     assert summary.source.data["variant"].tolist() == ["eager", "bf16"]
     assert all(isinstance(c.formatter, StringFormatter) for c in summary.columns if c.field == "variant")
     html = file_html(layout, INLINE, "compare")
     assert "aten::linear" in html
+    titles = {f.title.text for f in layout.select({"type": figure_type})}
+    assert {"latency per call (ms)", "speedup vs reference (median)"} <= titles
+    texts = [d.text for d in layout.select({"type": Div})]
+    assert any(t.startswith("2 runs (eager, bf16) compared against eager") for t in texts)
+    assert any(t.startswith("ops, bf16 against eager") for t in texts)
+
+
+def test_fusion_counts_render_as_integers(experiment):
+    layout = compare(experiment)
+    fusion = next(t for t in layout.select({"type": DataTable}) if "fused_ops" in t.source.data)
+    formats = {c.field: c.formatter.format for c in fusion.columns if hasattr(c.formatter, "format")}
+    assert formats["steps"] == "0,0" and formats["kernels"] == "0,0.[0]"
+
+
+def test_compare_against_a_chosen_baseline(experiment):
+    layout = compare(experiment, baseline="bf16")
+    texts = [d.text for d in layout.select({"type": Div})]
+    assert any(t.startswith("2 runs (eager, bf16) compared against bf16") for t in texts)
+    assert any(t.startswith("ops, eager against bf16") for t in texts)
 
 
 def test_stacked_timelines_share_an_axis_aligned_on_step_zero(experiment):

@@ -106,3 +106,37 @@ def test_a_missing_run_exits_2_with_one_line(imported) -> None:
     result = CliRunner().invoke(main, ["diff", imported["runs"][0], "no-such-run", "--out", str(imported["root"])])
     assert result.exit_code == 2
     assert len(result.stderr.strip().splitlines()) == 1 and "no-such-run" in result.stderr
+
+
+def test_import_only_comparison_view_draws_no_latency_or_speedup(imported) -> None:
+    from bokeh.models import DataTable, Div
+    from bokeh.plotting import figure
+
+    from workbench.views.experiments import experiments_view
+
+    layout = experiments_view(imported["bundles"])
+    titles = {str(f.title.text) for f in layout.select({"type": figure})}
+    assert not {"latency per call (ms)", "speedup vs reference (median)"} & titles
+    texts = [d.text for d in layout.select({"type": Div})]
+    assert layout.children[0].text == "2 runs (diff_control, diff_test) compared against diff_control"
+    assert not any("eager" in t for t in texts)
+    assert not any(run in t for t in texts for run in imported["runs"])
+    tables = list(layout.select({"type": DataTable}))
+    steps = next(t for t in tables if "source" in t.source.data)
+    assert list(steps.source.data["run"]) == list(NAMES)
+    kernels = next(t for t in tables if "mean_a_us" in t.source.data and "split_embedding" in
+                   " ".join(t.source.data["name"]))
+    formats = {c.field: c.formatter.format for c in kernels.columns if hasattr(c.formatter, "format")}
+    assert formats["count_a"] == "0,0" and formats["delta_count"] == "+0,0"
+
+
+def test_notebook_comparison_and_compare(imported, monkeypatch) -> None:
+    import workbench.notebook as wb
+
+    out = wb.comparison(imported["runs"], baseline="diff_test", top=2, root=imported["root"])
+    assert out["baseline"] == "diff_test" and out["comparisons"][0]["name"] == "diff_control"
+    shown = []
+    monkeypatch.setattr(wb, "_render", shown.append)
+    wb.compare(imported["runs"], root=imported["root"], baseline=1)
+    (layout,) = shown
+    assert layout.children[0].text.endswith("compared against diff_test")

@@ -1,6 +1,7 @@
 """The notebook front door: `wb.capture`, `wb.show`, `wb.compare`, `wb.show_diff` (the CLI's functions, placed
 inline) and each analysis as a function returning a DataFrame: `wb.roofline`, `wb.findings`, `wb.idle`,
-`wb.diff`, `wb.fusion`, `wb.fusion_detail`, and SQL over runs, `wb.sql`. The ranks of a distributed job:
+`wb.diff` (and `wb.comparison`, several runs against a baseline, as `workbench diff --json`), `wb.fusion`,
+`wb.fusion_detail`, and SQL over runs, `wb.sql`. The ranks of a distributed job:
 `wb.ranks` (the per-rank table), `wb.show_ranks` (its view). A sweep (`wb.capture(batch=[1, 2, 4],
 seq=[128, 512])`) has its curves as DataFrames: `wb.sweep_table`, `wb.crossovers`, `wb.pareto`. Serving runs
 (`workbench serve`, or `wb.serve` here) have their views in `wb.show_serving`.
@@ -76,11 +77,24 @@ def show(runs: RunRef | Sequence[RunRef], root: str | Path | None = None) -> Non
     _render(report_layout(_bundles(runs, root)))
 
 
-def compare(runs: Sequence[RunRef], root: str | Path | None = None) -> None:
-    """Render the comparison view of several runs (latency, speedup, numerics, ops aligned)."""
+def compare(runs: Sequence[RunRef], root: str | Path | None = None, *, baseline: str | int | None = None) -> None:
+    """Render the comparison view of several runs, captured or imported: latency and speedup where the runs
+    were timed, numerics, and for runs with traces the trace comparison against the baseline (the reference
+    variant of a capture, else the first run or `baseline`: a run id, its name or its position): step time,
+    devices' busy/idle and copy overlap, op and kernel deltas; ops aligned; timelines."""
     from workbench.views.experiments import experiments_view
 
-    _render(experiments_view(_bundles(runs, root)))
+    _render(experiments_view(_bundles(runs, root), baseline=baseline))
+
+
+def comparison(runs: Sequence[RunRef], baseline: str | int | None = None, *, top: int = 20,
+               root: str | Path | None = None) -> dict[str, Any]:
+    """The trace comparison of two or more runs against `baseline` (default the first), as `workbench diff
+    --json` prints it: per run its step time and devices, per other run its op and kernel deltas (counts as
+    integers, times in ns; the `top` largest regressions, improvements, new and vanished names)."""
+    from workbench.analysis.diff import trace_comparison
+
+    return trace_comparison(_bundles(runs, root), baseline).to_json(top)
 
 
 def roofline(run: RunRef | Sequence[RunRef], device: str | None = None,
@@ -159,11 +173,11 @@ def show_diff(a: RunRef | Sequence[RunRef], b: RunRef | Sequence[RunRef], *, pha
               per_step: bool = False, root: str | Path | None = None) -> None:
     """Render the diff view of two runs: the status-coloured table, the largest time deltas and both timelines
     aligned on their first step (`workbench.views.diff.diff_view`)."""
-    from workbench.trace.store.records import display_name
+    from workbench.analysis.diff import run_names
     from workbench.views.diff import diff_view
 
     first, second = _one(a, root, "show_diff"), _one(b, root, "show_diff")
-    labels = tuple(display_name(x.record) for x in (first, second))
+    labels = tuple(run_names([first.record, second.record]))
     if labels[0] == labels[1]:
         labels = (first.run_id, second.run_id)
     _render(diff_view(first.trace(), second.trace(), labels, phase=phase, per_step=per_step))

@@ -1,4 +1,5 @@
-"""Experiments side by side: latency distributions, speedups, numerics and ops aligned across variants."""
+"""Experiments side by side: latency distributions, speedups, numerics, the trace comparison against a baseline
+(step time, devices, op and kernel deltas) and ops aligned across variants."""
 
 from __future__ import annotations
 
@@ -19,15 +20,18 @@ from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from workbench.analysis.breakdown import phase_window
+from workbench.analysis.diff import COMPARE_KINDS, TraceComparison, run_names, trace_comparison
 from workbench.analysis.experiment_tables import latency_samples, op_comparison, variant_table
 from workbench.analysis.fusion import fusion_inputs, fusion_table
 from workbench.analysis.steps import aligned_on_first_step
 from workbench.analysis.summary import RANDOM_WEIGHTS_NOTE
 from workbench.analysis.sweep import is_sweep
 from workbench.analysis.timeline import count_spans
+from workbench.errors import WorkbenchError
 from workbench.trace import Trace
 from workbench.trace.schema import PHASE_MEASURE
 from workbench.trace.store.bundle import Bundle
+from workbench.trace.store.records import display_name, series_name
 from workbench.views._table import data_table, frame_source
 from workbench.views.sweep import sweep_view
 from workbench.views.timeline import timeline
@@ -42,36 +46,149 @@ SUMMARY_COLUMNS = [
 ]
 
 
-def experiments_view(bundles: Sequence[Bundle], reference: str = "eager", *, width: int = 1100, top_ops: int = 40):
+FUSION_COUNTS = ("kernels", "fusions", "fused_ops", "unfused_ops", "elementwise_ops", "hlo_kernels")
+"""Columns of the fusion table that count things (per profiled step: whole numbers print without decimals)."""
+
+
+def experiments_view(bundles: Sequence[Bundle], reference: str = "eager", *, baseline: str | int | None = None,
+                     width: int = 1100, top_ops: int = 40):
     """The comparison layout of several runs (usually the runs of one experiment); a sweep's curves first
-    (`workbench.views.sweep`) when some variant ran at several shapes."""
-    table = variant_table(bundles, reference)
-    variants = table["variant"].tolist() if not table.empty else []
-    colors = {v: Category10_10[i % 10] for i, v in enumerate(variants)}
-    traces = {display: b.trace() for display, b in zip(variants, bundles, strict=True) if b.has_trace}
+    (`workbench.views.sweep`) when some variant ran at several shapes.
+
+    Runs are compared against the `reference` variant when one of them ran it, else against the `baseline` run
+    (its run id, name or position; the first by default). Every run is named by `analysis.diff.run_names`.
+    Latency and speedup plots are drawn only where there are timed samples and speedups (an import has
+    neither); runs with traces get the trace comparison: step time, devices, op and kernel deltas.
+    """
+    names = run_names([b.record for b in bundles])
+    base = _baseline_position(bundles, names, reference, baseline)
+    against = reference if base is None else series_name(bundles[base].record)
+    against_name = reference if base is None else names[base]
+    table = variant_table(bundles, against)
+    if not table.empty:
+        table["variant"] = names
+    colors = {v: Category10_10[i % 10] for i, v in enumerate(names)}
+    traces = {name: b.trace() for name, b in zip(names, bundles, strict=True) if b.has_trace}
     note = f"; {RANDOM_WEIGHTS_NOTE}" if any(b.record.model_weights == "random" for b in bundles) else ""
-    parts = [
-        Paragraph(text=f"{len(bundles)} runs compared against {reference}{note}", width=width),
-        row(latency_figure(bundles, colors, width=width // 2), speedup_figure(table, colors, width=width // 2)),
-        data_table(table, SUMMARY_COLUMNS, width=width, height=30 + 28 * max(len(table), 1)),
-    ]
+    parts: list = [Div(text=f"{len(bundles)} runs ({', '.join(names)}) compared against {against_name}{note}",
+                       render_as_text=True, width=width)]
+    plots = []
+    samples = latency_samples(bundles)
+    if not samples.empty:
+        samples["variant"] = samples["variant"].map(dict(zip([display_name(b.record) for b in bundles], names,
+                                                             strict=True)))
+        plots.append(latency_figure(bundles, colors, width=width // 2, samples=samples))
+    if not table.empty and np.isfinite(table["speedup"].astype(float)).any():
+        plots.append(speedup_figure(table, colors, width=width // 2))
+    if plots:
+        parts.append(row(*plots))
+    if not table.empty and (table["p50_ms"].notna().any() or table["sqnr_db"].notna().any()):
+        parts.append(data_table(table, SUMMARY_COLUMNS, width=width, height=30 + 28 * max(len(table), 1)))
     if is_sweep(bundles):
         parts.insert(1, sweep_view(bundles, reference, width=width))
     if traces:
-        fusion = fusion_table([fusion_inputs(b) for b in bundles if b.has_trace])
+        with_traces = [b for b in bundles if b.has_trace]
+        fusion = fusion_table([fusion_inputs(b) for b in with_traces])
+        fusion["variant"] = [name for name, b in zip(names, bundles, strict=True) if b.has_trace]
         parts.append(Paragraph(text="fusion, per profiled step: kernels (XLA ops, device kernels, TensorRT engine "
                                     "layers, or dispatched ops and generated kernels on CPU), fusions, ops fused "
                                     "and left unfused, kernel and step time, XLA's bytes accessed and FLOPs",
                                width=width))
-        parts.append(data_table(fusion, [(c, c.replace("_", " "), None if c in ("variant", "framework") else "0,0.0")
-                                         for c in fusion.columns], width=width, height=30 + 28 * len(fusion)))
+        parts.append(data_table(fusion, [(c, c.replace("_", " "), _fusion_format(c)) for c in fusion.columns],
+                                width=width, height=30 + 28 * len(fusion)))
+        if len(traces) >= 2:
+            trace_base = names[base] if base is not None else None
+            parts.extend(trace_comparison_parts(trace_comparison(with_traces, trace_base), top=top_ops, width=width))
         ops = op_comparison(traces).head(top_ops)
-        parts.append(Paragraph(text=f"ops and kernels aligned across variants, per step (top {top_ops} by time)",
+        parts.append(Paragraph(text=f"ops and kernels aligned across runs, per step (top {top_ops} by time)",
                                width=width))
-        parts.append(data_table(ops, [(c, c, None if c in ("name", "kind") else "0.000") for c in ops.columns],
+        parts.append(data_table(ops, [(c, c, None if c in ("name", "kind") else
+                                       "0,0.[00]" if c.endswith(" calls") else "0,0.000") for c in ops.columns],
                                 width=width, height=420))
         parts.append(stacked_timelines(traces, width=width))
     return column(*parts)
+
+
+def _fusion_format(column: str) -> str | None:
+    if column in ("variant", "framework"):
+        return None
+    if column == "steps":
+        return "0,0"
+    return "0,0.[0]" if column in FUSION_COUNTS else "0,0.0"
+
+
+def _baseline_position(bundles: Sequence[Bundle], names: Sequence[str], reference: str,
+                       baseline: str | int | None) -> int | None:
+    """Position of the run the others are compared against: None when `reference` is one of the runs' variants
+    and no `baseline` is given (each run against the reference at its shape), else the `baseline` run's."""
+    if baseline is None:
+        if any(series_name(b.record) == reference for b in bundles):
+            return None
+        return 0 if bundles else None
+    if isinstance(baseline, int):
+        return baseline if 0 <= baseline < len(bundles) else 0
+    for i, (bundle, name) in enumerate(zip(bundles, names, strict=True)):
+        if baseline in (bundle.run_id, name):
+            return i
+    raise WorkbenchError(f"baseline {baseline!r} is none of the compared runs ({', '.join(names)})")
+
+
+STEP_COLUMNS = [("run", "run", None), ("source", "steps from", None), ("steps", "steps", "0,0"),
+                ("median_ms", "median ms", "0,0.000"), ("p10_ms", "p10 ms", "0,0.000"), ("p90_ms", "p90 ms", "0,0.000"),
+                ("spread", "spread", "0%"), ("delta_ms", "Δ median ms", "+0,0.000"), ("ratio", "ratio", "0.00")]
+DEVICE_COLUMNS = [("run", "run", None), ("device", "device", None), ("busy_ms", "busy ms", "0,0.000"),
+                  ("idle_ms", "idle ms", "0,0.000"), ("busy_share", "busy", "0%"),
+                  ("compute_ms", "compute ms", "0,0.000"), ("copy_ms", "copy ms", "0,0.000"),
+                  ("overlap_ms", "copy under compute ms", "0,0.000"),
+                  ("copy_hidden_share", "copy hidden", "0%")]
+DELTA_COLUMNS = [("status", "status", None), ("name", "name", None), ("count_a", "calls base", "0,0"),
+                 ("count_b", "calls", "0,0"), ("delta_count", "Δ calls", "+0,0"), ("time_a_ms", "base ms", "0,0.000"),
+                 ("time_b_ms", "ms", "0,0.000"), ("delta_ms", "Δ ms", "+0,0.000"),
+                 ("mean_a_us", "mean base µs", "0,0.0"), ("mean_b_us", "mean µs", "0,0.0")]
+
+
+def trace_comparison_parts(comparison: TraceComparison, *, top: int = 40, width: int = 1100) -> list:
+    """The trace comparison as headings and tables: step time per run, each device's busy, idle and copy/compute
+    overlap, then per run against the baseline its op and kernel deltas (largest regressions first)."""
+    base = comparison.baseline
+    pairs = {p.run_id: p for p in comparison.pairs}
+    steps = pd.DataFrame([{
+        "run": r.name, "source": r.steps["source"], "steps": r.steps["steps"],
+        **{f"{k}_ms": (r.steps.get(f"{k}_ns") or np.nan) / 1e6 for k in ("median", "p10", "p90")},
+        "spread": r.steps.get("spread"),
+        "delta_ms": np.nan if r.run_id not in pairs or pairs[r.run_id].step_delta_ns is None
+        else pairs[r.run_id].step_delta_ns / 1e6,
+        "ratio": np.nan if r.run_id not in pairs else pairs[r.run_id].step_ratio} for r in comparison.runs])
+    parts: list = [Div(text=f"trace comparison against {base.name}: step time ("
+                            + "; ".join(f"{r.name}: {r.scope}" for r in comparison.runs) + ")",
+                       render_as_text=True, width=width, styles={"font-weight": "bold"}),
+                   data_table(steps, STEP_COLUMNS, width=width, height=30 + 28 * len(steps))]
+    devices = pd.DataFrame([{"run": r.name, "device": device, **{f"{k}_ms": d[f"{k}_ns"] / 1e6 for k in (
+        "busy", "idle", "compute", "copy", "overlap")}, "busy_share": d["busy_share"],
+        "copy_hidden_share": d["copy_hidden_share"]} for r in comparison.runs for device, d in r.devices.items()])
+    if not devices.empty:
+        parts.append(Div(text="devices: busy and idle time, copies and how much of them ran under compute",
+                         render_as_text=True, width=width))
+        parts.append(data_table(devices, DEVICE_COLUMNS, width=width, height=30 + 28 * len(devices)))
+    for pair in comparison.pairs:
+        for kind in COMPARE_KINDS:
+            names = pair.names(kind)
+            if not any(names.values()):
+                continue
+            deltas = pair.deltas(kind, top)
+            frame = pd.DataFrame({
+                "status": deltas["status"].astype(str).to_numpy(dtype=object),
+                "name": deltas["name"].astype(str).to_numpy(dtype=object),
+                **{c: deltas[c].to_numpy(dtype=np.float64) for c in ("count_a", "count_b", "delta_count")},
+                **{f"{c}_ms": deltas[f"{c}_ns"].to_numpy(dtype=np.float64) / 1e6
+                   for c in ("time_a", "time_b", "delta")},
+                **{f"{c}_us": deltas[f"{c}_ns"].to_numpy(dtype=np.float64) / 1e3 for c in ("mean_a", "mean_b")}})
+            parts.append(Div(text=f"{kind}s, {pair.name} against {base.name}: {names['new']} new, "
+                                  f"{names['vanished']} vanished, {names['changed']} changed, {names['unchanged']} "
+                                  f"unchanged (top {top} regressions, then improvements)",
+                             render_as_text=True, width=width))
+            parts.append(data_table(frame, DELTA_COLUMNS, width=width, height=min(420, 30 + 28 * max(len(frame), 1))))
+    return parts
 
 
 def stacked_timelines(traces: dict[str, Trace], *, width: int = 1100, max_spans: int = 20_000):
@@ -98,9 +215,11 @@ def stacked_timelines(traces: dict[str, Trace], *, width: int = 1100, max_spans:
     return column(*parts)
 
 
-def latency_figure(bundles: Sequence[Bundle], colors: dict[str, str], *, width: int = 550):
-    """Box plot of each variant's timed samples (quartiles, 5th–95th percentile whiskers, every sample)."""
-    samples = latency_samples(bundles)
+def latency_figure(bundles: Sequence[Bundle], colors: dict[str, str], *, width: int = 550,
+                   samples: pd.DataFrame | None = None):
+    """Box plot of each variant's timed samples (quartiles, 5th–95th percentile whiskers, every sample);
+    `samples` as `latency_samples` gives them, when the caller has them (renamed)."""
+    samples = latency_samples(bundles) if samples is None else samples
     variants = list(dict.fromkeys(samples["variant"])) or ["-"]
     fig = figure(x_range=FactorRange(*variants), width=width, height=320, title="latency per call (ms)",
                  tools="pan,wheel_zoom,box_zoom,reset,save", y_axis_label="ms")
