@@ -140,3 +140,14 @@ def test_notebook_comparison_and_compare(imported, monkeypatch) -> None:
     wb.compare(imported["runs"], root=imported["root"], baseline=1)
     (layout,) = shown
     assert layout.children[0].text.endswith("compared against diff_test")
+
+
+def test_diff_view_counts_render_as_integers(imported) -> None:
+    from bokeh.models import DataTable
+
+    from workbench.views.diff import DIFF_TABLE, diff_view
+
+    a, b = (bundle.trace() for bundle in imported["bundles"])
+    table = diff_view(a, b, NAMES, top=5).select_one({"name": DIFF_TABLE, "type": DataTable})
+    formats = {c.field: c.formatter.format for c in table.columns if hasattr(c.formatter, "format")}
+    assert formats["count_a"] == "0,0" and formats["delta_count"] == "+0,0"

@@ -113,7 +113,10 @@ def _table(table: pd.DataFrame, width: int) -> DataTable:
         "delta_ms": table["delta_ns"].to_numpy(dtype=np.float64) / 1e6,
         "ratio": table["ratio"].to_numpy(dtype=np.float64),
     })
-    view = data_table(frame, DIFF_TABLE_COLUMNS, width=width, height=420, name=DIFF_TABLE)
+    whole = bool(np.all(np.mod(frame[["count_a", "count_b"]].to_numpy(), 1) == 0))  # not per step: counts
+    columns = [(f, t, fmt.replace(".[00]", "") if whole and fmt and "[00]" in fmt else fmt)
+               for f, t, fmt in DIFF_TABLE_COLUMNS]
+    view = data_table(frame, columns, width=width, height=420, name=DIFF_TABLE)
     view.source.add([STATUS_COLORS.get(s, "#ffffff") for s in view.source.data["status"]], "status_color")
     for col in view.columns:
         if col.field in ("status", "name"):
@@ -150,7 +153,7 @@ def _deltas(table: pd.DataFrame, top: int, width: int) -> tuple[figure, ColumnDa
     fig.add_tools(HoverTool(renderers=[bars], tooltips=[
         ("name", "@name"), ("kind", "@kind"), ("status", "@status"), ("Δ", "@delta_ms{+0,0.000} ms"),
         ("A → B", "@time_a_ms{0,0.000} → @time_b_ms{0,0.000} ms"),
-        ("calls", "@count_a{0,0.[00]} → @count_b{0,0.[00]}")]))
+        ("calls", "@count_a{0,0.[00]} → @count_b{0,0.[00]}")]))  # whole numbers print without decimals
     return fig, source
 
 
