@@ -151,7 +151,7 @@ def ls(out_dir: str | None, as_json: bool) -> None:
     if as_json:
         print_json(rows)
     elif rows:
-        print_table(runs_table(where, rows), no_wrap=ID_COLUMNS, fold=(*ID_COLUMNS, "model", "variant", "device"))
+        _print_runs(where, rows)
     else:
         out.print(f"no runs in {where} (create some with `workbench capture`)")
     for problem in problems:
@@ -185,8 +185,36 @@ def runs_table(where: str, rows: list[dict[str, Any]]) -> TextTable:
     return TextTable(f"runs in {where}", RUN_COLUMNS, tuple(
         cells(row["run"], row["model"] or "-", row["variant"] or "-", row["device"] or "-", row["status"],
               median_cell(row["p50_ms"], row["noise"]), row["experiment"] or "-",
-              row["created"][:16].replace("T", " ")) for row in rows),
+              _created(row["created"])) for row in rows),
         left=frozenset(RUN_COLUMNS) - {"p50 ms"})
+
+
+ID_ROOM = 60
+"""Columns `ls`'s table needs beside its id columns (the other columns folded narrow, and the borders): on a
+console narrower than the ids and this, runs are listed one per line instead."""
+
+
+def _print_runs(where: str, rows: list[dict[str, Any]]) -> None:
+    """`ls`'s text: a table whose id columns are never cut (the others fold), or, on a console too narrow for
+    whole ids beside the other columns, one line per run that the terminal wraps (ids whole either way)."""
+    ids = sum(max(len(str(row[column] or "-")) for row in rows) for column in ID_COLUMNS)
+    if ids + ID_ROOM <= out.width:
+        print_table(runs_table(where, rows), no_wrap=ID_COLUMNS,
+                    fold=(*ID_COLUMNS, "model", "variant", "device", "created"))
+        return
+    out.print(f"runs in {where}", soft_wrap=True)
+    for row in rows:
+        noisy = " (noisy)" if row["noise"] else ""
+        out.print(Text.assemble((row["run"], "bold"), f"  model {row['model'] or '-'}  variant {row['variant'] or '-'}"
+                                f"  device {row['device'] or '-'}  status {row['status']}"
+                                f"  p50 ms {format_number(row['p50_ms'])}{noisy}"
+                                f"  experiment {row['experiment'] or '-'}  created {_created(row['created'])}"),
+                  soft_wrap=True)
+
+
+def _created(created: str) -> str:
+    """A run's creation time to the minute: "2026-12-04 22:11"."""
+    return created[:16].replace("T", " ")
 
 
 def median_cell(p50_ms: float | None, noise: str | None) -> Any:
