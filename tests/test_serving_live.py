@@ -197,7 +197,8 @@ def test_vllm_bench_serve_is_the_fallback_generator(server: dict, tmp_path: Path
 
 def test_multi_turn_sessions_with_a_shared_prefix_reuse_the_prefix_cache(server: dict, tmp_path: Path):
     done = _serve(server, tmp_path, "--concurrency", "2", "--requests", "8", "--sessions", "2", "--turns", "4",
-                  "--shared-prefix", "160", "--isl", "32", "--osl", "4", "--endpoint", "chat", "--profile-window", "off")
+                  "--shared-prefix", "160", "--isl", "32", "--osl", "4", "--endpoint", "chat",
+                  "--profile-window", "off")
     assert done.returncode == 0, done.stderr
     bundle = open_bundle(json.loads(done.stdout)["runs"][0]["run"], tmp_path)
     turns: dict[str, list[int]] = {}
