@@ -177,7 +177,7 @@ def show(run: str, top: int, wide: bool, all_ops: bool, out_dir: str | None, as_
     if as_json:
         print_json(summary)
     else:
-        _print_summary(summary, wide=wide)
+        _print_summary(summary, wide=wide, all_ops=all_ops)
 
 
 def runs_table(where: str, rows: list[dict[str, Any]]) -> TextTable:
@@ -234,9 +234,9 @@ def op_rows_table(title: str, rows: list[dict[str, Any]]) -> TextTable:
         for row in rows), left=frozenset({"name"}))
 
 
-def _print_summary(s: dict[str, Any], *, wide: bool = False) -> None:
+def _print_summary(s: dict[str, Any], *, wide: bool = False, all_ops: bool = False) -> None:
     """`show`'s text: the run's headline, then its figures, and its top ops and kernels as tables (names cut at
-    `NAME_WIDTH` characters unless `wide`)."""
+    `NAME_WIDTH` characters unless `wide`; the top ops' title says when profiler wrappers were left out)."""
     from workbench.analysis.summary import model_label
 
     out.print(Text.assemble((s["run"], "bold"), f"  model {model_label(s['model'], s.get('weights')) or '-'}  "
@@ -277,7 +277,8 @@ def _print_summary(s: dict[str, Any], *, wide: bool = False) -> None:
                             **{f"memory peak {d} (MiB)": n / 2**20 for d, n in s["memory_peak_bytes"].items()}})
     scope = f" ({s['ops_window']})"
     cut = False
-    for title, rows in ((f"top ops{scope}", s["top_ops"]), (f"top kernels{scope}", s["top_kernels"])):
+    wrappers = "" if all_ops else " without profiler wrappers such as ProfilerStep#N (--all-ops ranks them)"
+    for title, rows in ((f"top ops{scope}{wrappers}", s["top_ops"]), (f"top kernels{scope}", s["top_kernels"])):
         if not rows:
             continue
         if wide:
