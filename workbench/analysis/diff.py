@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -142,26 +141,10 @@ COMPARE_KINDS = ("op", "kernel")
 DELTA_COLUMNS = (*DIFF_COLUMNS, "mean_a_ns", "mean_b_ns")
 """Columns of a `RunPair.table`: `trace_diff`'s, then the mean time per call on each side (NaN without calls)."""
 
-_TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json", ".json.gz", ".json",
-                   ".nsys-rep", ".sqlite", ".xplane.pb", ".pb", ".gz")
-
-
-def run_name(record: RunInfo) -> str:
-    """How a run is named in a comparison: its display name (`records.display_name`); an import without one is
-    named by the file it was imported from (its name less the trace suffixes), never by its raw run id."""
-    name = display_name(record)
-    if name != record.run_id or not record.imported_from:
-        return name
-    file = PurePath(record.imported_from).name
-    for suffix in _TRACE_SUFFIXES:
-        if file.endswith(suffix) and len(file) > len(suffix):
-            return file[: -len(suffix)]
-    return file
-
-
 def run_names(records: Sequence[RunInfo]) -> list[str]:
-    """`run_name` of each record, made unique: a repeated name gets its run id's tail appended."""
-    names = [run_name(r) for r in records]
+    """Each record's display name (`records.display_name`: an import is named by its file), made unique: a repeated
+    name gets its run id's tail appended."""
+    names = [display_name(r) for r in records]
     seen = Counter(names)
     return [f"{n} ({r.run_id[-4:]})" if seen[n] > 1 else n for n, r in zip(names, records, strict=True)]
 

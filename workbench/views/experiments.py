@@ -32,7 +32,7 @@ from workbench.trace import Trace
 from workbench.trace.schema import PHASE_MEASURE
 from workbench.trace.store.bundle import Bundle
 from workbench.trace.store.records import display_name, series_name
-from workbench.views._table import data_table, frame_source
+from workbench.views._table import data_table, duration_unit, frame_source
 from workbench.views.sweep import sweep_view
 from workbench.views.timeline import timeline
 
@@ -94,8 +94,7 @@ def experiments_view(bundles: Sequence[Bundle], reference: str = "eager", *, bas
                                     "layers, or dispatched ops and generated kernels on CPU), fusions, ops fused "
                                     "and left unfused, kernel and step time, XLA's bytes accessed and FLOPs",
                                width=width))
-        parts.append(data_table(fusion, [(c, c.replace("_", " "), _fusion_format(c)) for c in fusion.columns],
-                                width=width, height=30 + 28 * len(fusion)))
+        parts.append(data_table(fusion, _fusion_columns(fusion), width=width, height=30 + 28 * len(fusion)))
         if len(traces) >= 2:
             trace_base = names[base] if base is not None else None
             parts.extend(trace_comparison_parts(trace_comparison(with_traces, trace_base), top=top_ops, width=width))
@@ -109,12 +108,21 @@ def experiments_view(bundles: Sequence[Bundle], reference: str = "eager", *, bas
     return column(*parts)
 
 
-def _fusion_format(column: str) -> str | None:
-    if column in ("variant", "framework"):
-        return None
-    if column == "steps":
-        return "0,0"
-    return "0,0.[0]" if column in FUSION_COUNTS else "0,0.0"
+def _fusion_columns(fusion: pd.DataFrame) -> list[tuple[str, str, str | None]]:
+    """The fusion table's columns (field, title, format); its times (`*_ns`) scaled in place to one unit each."""
+    columns = []
+    for name in fusion.columns:
+        title = name.replace("_", " ")
+        if name in ("variant", "framework"):
+            columns.append((name, title, None))
+        elif name.endswith("_ns"):
+            size, unit, numeral = duration_unit(fusion[name])
+            fusion[name] = fusion[name] / size
+            columns.append((name, f"{title.removesuffix(' ns')} ({unit})", numeral))
+        else:
+            columns.append((name, title, "0,0" if name == "steps" else
+                            "0,0.[0]" if name in FUSION_COUNTS else "0,0.0"))
+    return columns
 
 
 def _baseline_position(bundles: Sequence[Bundle], names: Sequence[str], reference: str,

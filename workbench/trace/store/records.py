@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import PurePath
 from typing import Any, ClassVar
 
 from workbench.errors import BundleError
@@ -254,9 +255,23 @@ def as_run_info(run: RunInfo | Mapping[str, Any]) -> RunInfo:
     return run if isinstance(run, RunInfo) else RunInfo.from_json(dict(run), str(run.get("run_id") or ""))
 
 
+TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json", ".json.gz", ".json",
+                  ".jsonl", ".nsys-rep", ".sqlite", ".xplane.pb", ".pb", ".gz")
+"""Endings of trace files that an imported run's name leaves out."""
+
+
 def display_name(info: RunInfo) -> str:
-    """How a run is named in tables, legends and tabs: its sweep label, else its variant's name, else its run id."""
-    return info.label or info.variant_name or info.run_id
+    """How a run is named in tables, legends and tabs: its sweep label, else its variant's name, else (an import)
+    the name of the file it came from less its trace suffix, else its run id."""
+    if info.label or info.variant_name:
+        return info.label or info.variant_name
+    if info.imported_from:
+        file = PurePath(info.imported_from).name
+        for suffix in TRACE_SUFFIXES:
+            if file.endswith(suffix) and len(file) > len(suffix):
+                return file[: -len(suffix)]
+        return file or info.run_id
+    return info.run_id
 
 
 def series_name(info: RunInfo) -> str:
