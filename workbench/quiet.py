@@ -13,8 +13,8 @@ library's real ones, still show:
 - filters on the loggers that log known noise, matched by message (`LOG_RECORDS`), and the `absl` logger's level;
 - in a Jupyter kernel, the native log lines that C++ writes straight to file descriptors 1 and 2 (Kineto's
   `USDT:`/`ERROR:... gpuGetDeviceCount failed`, absl's `E0000 00:00:...` lines of XProf's converters), left out
-  as `workbench.profiling.quiet.NativeChatter` (whose pump this reuses) leaves them out of the CLI's profiled
-  runs, for the life of the process (`NATIVE`: the CLI's `CHATTER` and a few more). In a kernel Python's own
+  by the filter that leaves them out of the CLI's profiled runs (`workbench.profiling.quiet.NativeChatter`,
+  its `CHATTER`), for the life of the process. In a kernel Python's own
   `sys.stderr` does not pass through the descriptors, so a Python warning or log line is never taken for
   native chatter.
 """
@@ -28,7 +28,7 @@ import re
 import sys
 import warnings
 
-from workbench.profiling.quiet import _MAY_BE_CHATTER, CHATTER, _flush_python_streams, _Pump
+from workbench.profiling.quiet import NativeChatter
 
 ENVIRONMENT = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 """Read by XLA (jaxlib) and TensorFlow when they load: leave out their INFO and WARNING lines."""
@@ -46,23 +46,15 @@ LOG_RECORDS: tuple[tuple[str, str], ...] = (
 )
 """(logger, message regex) of the known noisy log records (torch logs them glog-style: `W1204 12:00:00 ...]`)."""
 
-NATIVE = re.compile(
-    CHATTER.pattern
-    + rb"|[IWE]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\] "  # absl before InitializeLog: `E0000 00:00:1796422448.5 ...]`
-    + rb"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$"
-    + rb"|ERROR: External init callback must run in same thread as registerClient \("  # Kineto off the main thread
-)
-"""The start of a native log line that is chatter; fatal lines (`F...`) are never left out."""
-
-_pumps: list[_Pump] | None = None
-"""The kernel-wide filters of fds 1 and 2, once installed (they last as long as the process)."""
+_native: NativeChatter | None = None
+"""The kernel-wide filter of fds 1 and 2, once installed (it lasts as long as the process)."""
 
 
 def quiet(*, native: bool | None = None) -> None:
     """Keep the known chatter out of this process's outputs from now on (idempotent). `native` filters the
     native log lines on file descriptors 1 and 2 too; by default only in a Jupyter kernel, where Python's own
     streams do not pass through them."""
-    global _pumps
+    global _native
     for name, value in ENVIRONMENT.items():
         os.environ.setdefault(name, value)
     for category, message, module in WARNINGS:
@@ -76,21 +68,9 @@ def quiet(*, native: bool | None = None) -> None:
         absl.setLevel(logging.WARNING)
     if native is None:
         native = "ipykernel" in sys.modules
-    if native and _pumps is None:
-        _pumps = []
-        for fd in (1, 2):
-            try:
-                _pumps.append(_NativePump(fd))
-            except OSError:  # a descriptor that cannot be duplicated is left alone
-                continue
-        atexit.register(_restore, _pumps)
-
-
-def _restore(pumps: list[_Pump]) -> None:
-    """At exit: point the descriptors back, after copying what is still in the pipes."""
-    _flush_python_streams()
-    for pump in pumps:
-        pump.close()
+    if native and _native is None:
+        _native = NativeChatter()  # the CLI's filter of native log lines (`CHATTER`), for the process's life
+        atexit.register(_native.close)
 
 
 class _DropMessage(logging.Filter):
@@ -106,21 +86,3 @@ class _DropMessage(logging.Filter):
         except Exception:  # a record that cannot be formatted is not ours to judge
             return True
         return not self.pattern.match(message)
-
-
-class _NativePump(_Pump):
-    """The CLI's pump (a descriptor pointed at a pipe, copied to its old target by a thread) leaving out `NATIVE`."""
-
-    def _copy(self) -> None:
-        pending = b""
-        try:
-            while chunk := os.read(self.read, 1 << 16):
-                *lines, pending = (pending + chunk).split(b"\n")
-                kept = b"".join(line + b"\n" for line in lines if not NATIVE.match(line))
-                if pending and not _MAY_BE_CHATTER.match(pending):
-                    kept, pending = kept + pending, b""
-                self._write(kept)
-        except OSError:
-            pass
-        if pending and not NATIVE.match(pending):
-            self._write(pending)

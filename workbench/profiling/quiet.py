@@ -20,6 +20,9 @@ CHATTER = re.compile(
     rb"(?:USDT|STAGE|INFO|WARNING|ERROR):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+:\d+\] "  # Kineto
     rb"|[IWE]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] "  # glog / absl (XLA, jaxlib)
     rb"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] \S+:\d+\] "  # TensorFlow's own logger
+    rb"|[IWE]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\] "  # absl before InitializeLog: `E0000 00:00:1796422448.5 ...]`
+    rb"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$"
+    rb"|ERROR: External init callback must run in same thread as registerClient \("  # Kineto off the main thread
 )
 """The start of a native log line that is chatter. Fatal lines (`F...`) are never left out."""
 _MAY_BE_CHATTER = re.compile(rb"[A-Z0-9]")
