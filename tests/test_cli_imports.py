@@ -93,6 +93,7 @@ TRACE_COMMANDS = {
     "show": ["show", "{run}", "--out", "{root}"],
     "query": ["query", "{run}", "SELECT count(*) AS n FROM events", "--out", "{root}", "--json"],
     "report": ["report", "{run}", "--out", "{root}", "-o", "{folder}/report.html"],
+    "diff": ["diff", "{run}", "{run}", "--out", "{root}", "--json"],
     "analyze": ["analyze", "{run}", "--out", "{root}"],
     "cost": ["cost", "{run}", "--out", "{root}", "--json"],
     "ranks": ["ranks", "{experiment}", "--out", "{root}", "--json"],
