@@ -235,7 +235,7 @@ def test_random_kills_during_capture_and_import_leave_only_whole_runs(tmp_path: 
     capture = [*_command(), "capture", *TINY_CAPTURE, "--variants", "eager,bf16", "--out", str(root)]
     job = _rank_job(tmp_path / "job")
     imports = [[*_command(), "import", "--ranks", str(job), "--out", str(root)],
-               [*_command(), "import", *map(str, sorted(job.iterdir())), "--out", str(root)]]
+               [*_command(), "import", *map(str, sorted(job.iterdir())), "--force", "--out", str(root)]]
     typical = {"capture": _timed(capture), "import": max(_timed(command) for command in imports)}
     before = {b.run_id for b in list_bundles(root)}
     assert len(before) == 2 + 4 + 4

@@ -8,6 +8,7 @@ so an import is all or nothing, even when interrupted or killed. The ranks of a 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ from workbench.storage import location
 from workbench.trace import Trace, read_trace
 from workbench.trace.ranks.tasks import import_info
 from workbench.trace.schema import EVENTS
-from workbench.trace.store.bundle import new_run_id
+from workbench.trace.store.bundle import list_bundles, new_run_id
 from workbench.trace.store.records import RunInfo
 
 _SPECIAL_FILES = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
@@ -53,6 +54,28 @@ def import_traces(paths: Sequence[str | os.PathLike[str]], root: str | os.PathLi
         _join_requests(traces[0], _regular(requests))
     _Importer(root, "import", runs).run()
     return [run.run_id for run in runs]
+
+
+def already_imported(paths: Sequence[str | os.PathLike[str]], root: str | os.PathLike[str]) -> dict[Path, str]:
+    """Of `paths`, those imported into `root` before, with the run each became: a run imported from the same
+    path whose raw copy has the file's name and size (a file changed since, or another file of that name,
+    imports anew)."""
+    wanted = {}
+    for path in map(Path, paths):
+        with contextlib.suppress(OSError):
+            if path.is_file():
+                wanted[str(path.resolve())] = (path, path.stat().st_size)
+    found: dict[Path, str] = {}
+    if not wanted or not Path(root).is_dir():
+        return found
+    for bundle in list_bundles(root, on_problem=lambda where, message: None):
+        match = wanted.get(bundle.record.imported_from or "")
+        if match is None or match[0] in found:
+            continue
+        path, size = match
+        if any(raw.name == path.name and raw.stat().st_size == size for raw in bundle.raw_files()):
+            found[path] = bundle.run_id
+    return found
 
 
 def _read(path: Path, capture: Trace | None) -> _Imported:

@@ -61,15 +61,18 @@ STEP_COLUMNS = ("mode", "steps", "median ms", "p90 ms", "mean batch", "median ke
 @click.option("--graph-capture", default=None, type=click.Path(path_type=Path), metavar="FILE|DIR",
               help="The engine's CUDA/HIP graph-capture trace (or its capture_traces/ folder): kernels replayed by "
                    "graph launches are attributed to the ops that launched them at capture time.")
+@click.option("--force", is_flag=True,
+              help="Import a file again though it was imported before (by default its existing run is given).")
 @click.option("--out", "out_dir", default=None, metavar="DIR|URL",
               help="Traces root (default: $WORKBENCH_TRACES or ./traces); with --ranks also an fsspec URL.")
 @json_option
 def import_(files: tuple[Path, ...], ranks_dir: str | None, align: str, cluster: str, strict: bool,
-            requests_file: Path | None, graph_capture: Path | None, out_dir: str | None, as_json: bool) -> None:
+            requests_file: Path | None, graph_capture: Path | None, force: bool, out_dir: str | None,
+            as_json: bool) -> None:
     """Make bundles from traces captured elsewhere (Kineto/Chrome JSON or .json.gz, XSpace .xplane.pb or a
     plugins/profile folder, Nsight Systems SQLite) or from a load generator's per-request results (AIPerf,
     vllm bench serve, GuideLLM); prints the run ids."""
-    from workbench.imports import import_traces
+    from workbench.imports import already_imported, import_traces
     from workbench.storage import is_url
 
     if ranks_dir is not None and (requests_file or graph_capture):
@@ -88,9 +91,17 @@ def import_(files: tuple[Path, ...], ranks_dir: str | None, align: str, cluster:
         raise click.UsageError("give trace files to import, or --ranks FOLDER")
     with errors():
         root = checked_root(out_dir, writing=True)
+    with errors():
+        known = {} if force or requests_file or graph_capture else already_imported(files, root)
+    for path, run_id in known.items():
+        err.print(labelled("imported already:", "yellow", f"{path} is run {run_id} (same file, same size); "
+                                                             "`workbench show` it, or --force to import it again"))
+    fresh = [path for path in files if Path(path) not in known]
     with errors(), reading_status("reading traces", as_json):
-        run_ids = import_traces(files, root, requests=requests_file, graph_capture=graph_capture)
-    _print_warnings(run_ids, root)
+        new_ids = iter(import_traces(fresh, root, requests=requests_file, graph_capture=graph_capture)
+                       if fresh else [])
+    run_ids = [known[Path(path)] if Path(path) in known else next(new_ids) for path in files]
+    _print_warnings([run_id for run_id in run_ids if run_id not in known.values()], root)
     if as_json:
         print_json(run_ids)
     else:
