@@ -102,6 +102,19 @@ def test_text_names_both_runs_and_baseline_option(imported) -> None:
     assert len(step_rows) == 2 and all("│     6 │" in line for line in step_rows)  # counts print as integers
 
 
+def test_the_report_compares_against_the_baseline_given(imported, tmp_path) -> None:
+    root = str(imported["root"])
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(main, ["report", *imported["runs"], "--out", root, "--baseline", "diff_test",
+                                       "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "compared against diff_test" in out.read_text()
+    wrong = CliRunner().invoke(main, ["report", *imported["runs"], "--out", root, "--baseline", "nope",
+                                      "-o", str(tmp_path / "other.html")])
+    assert wrong.exit_code == 2 and "baseline 'nope' is none of the compared runs (diff_control, diff_test)" in \
+        wrong.stderr and not (tmp_path / "other.html").exists()
+
+
 def test_a_missing_run_exits_2_with_one_line(imported) -> None:
     result = CliRunner().invoke(main, ["diff", imported["runs"][0], "no-such-run", "--out", str(imported["root"])])
     assert result.exit_code == 2

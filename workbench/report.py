@@ -15,7 +15,7 @@ from workbench.trace.store.bundle import Bundle
 from workbench.trace.store.records import display_name
 
 
-def report_layout(bundles: Sequence[Bundle]) -> LayoutDOM:
+def report_layout(bundles: Sequence[Bundle], *, baseline: str | int | None = None) -> LayoutDOM:
     """One run: its dashboard. Several: the comparison first, then each run's dashboard in a tab. Before them,
     in tabs of their own, the views their kind adds (`views.run_kinds`: generation runs, ranks of a job); the ranks
     of a large job, or of one on a URL root, get their ranks view alone; serving runs a "serving" tab (the request
@@ -29,7 +29,7 @@ def report_layout(bundles: Sequence[Bundle]) -> LayoutDOM:
     def views() -> LayoutDOM:
         if len(bundles) == 1:
             return report_dashboard(bundles[0])
-        panels = [TabPanel(child=experiments_view(bundles), title="compare")]
+        panels = [TabPanel(child=experiments_view(bundles, baseline=baseline), title="compare")]
         panels += [TabPanel(child=report_dashboard(b), title=display_name(b.record)) for b in bundles]
         return Tabs(tabs=panels)
 

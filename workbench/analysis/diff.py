@@ -238,7 +238,7 @@ def trace_comparison(bundles: Sequence[Bundle], baseline: str | int | None = Non
                              + (f" (without a trace: {', '.join(b.run_id for b in bundles if not b.has_trace)})"
                                 if len(runs) < len(bundles) else ""))
     names = run_names([b.record for b in runs])
-    index = _baseline_index(runs, names, baseline)
+    index = baseline_index(runs, names, baseline)
     traces = [b.trace() for b in runs]
     figures = [_run_figures(name, b, t, phase) for name, b, t in zip(names, runs, traces, strict=True)]
     base = figures[index]
@@ -348,7 +348,9 @@ def _device_pairs(base: dict[str, dict[str, Any]], other: dict[str, dict[str, An
     return rows
 
 
-def _baseline_index(runs: Sequence[Bundle], names: Sequence[str], baseline: str | int | None) -> int:
+def baseline_index(runs: Sequence[Bundle], names: Sequence[str], baseline: str | int | None) -> int:
+    """The position of the `baseline` run among `runs` (named `names`): given by position, run id, name or path;
+    the first when None. A baseline that is none of them is an error naming the runs."""
     if baseline is None:
         return 0
     if isinstance(baseline, int):

@@ -323,8 +323,11 @@ def _print_serving(serving: dict[str, Any]) -> None:
 @click.argument("refs", nargs=-1, required=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="HTML file to write (default: report-<first ref>.html in the traces root).")
+@click.option("--baseline", default=None, metavar="RUN",
+              help="With several runs: the run the comparison measures the others against (a run id or name; "
+                   "default the reference variant where one ran it, else the first run).")
 @out_option
-def report(refs: tuple[str, ...], output: Path | None, out_dir: str | None) -> None:
+def report(refs: tuple[str, ...], output: Path | None, baseline: str | None, out_dir: str | None) -> None:
     """Write a self-contained HTML report of runs or experiments (opens offline, no workbench needed)."""
     from workbench.report import report_layout, write_report
     from workbench.trace.store.resolve import resolve_runs
@@ -334,7 +337,8 @@ def report(refs: tuple[str, ...], output: Path | None, out_dir: str | None) -> N
         bundles = resolve_runs(refs, root)
         output = checked_output(output or root / f"report-{Path(refs[0]).name}.html")
         with err.status("building the report", spinner="dots"):
-            path = write_report(report_layout(bundles), output, title=f"workbench: {', '.join(refs)}")
+            path = write_report(report_layout(bundles, baseline=baseline), output,
+                                title=f"workbench: {', '.join(refs)}")
     click.echo(str(path))
 
 

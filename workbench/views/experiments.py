@@ -20,14 +20,13 @@ from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from workbench.analysis.breakdown import phase_window
-from workbench.analysis.diff import COMPARE_KINDS, TraceComparison, run_names, trace_comparison
+from workbench.analysis.diff import COMPARE_KINDS, TraceComparison, baseline_index, run_names, trace_comparison
 from workbench.analysis.experiment_tables import latency_samples, op_comparison, variant_table
 from workbench.analysis.fusion import fusion_inputs, fusion_table
 from workbench.analysis.steps import aligned_on_first_step
 from workbench.analysis.summary import RANDOM_WEIGHTS_NOTE
 from workbench.analysis.sweep import is_sweep
 from workbench.analysis.timeline import count_spans
-from workbench.errors import WorkbenchError
 from workbench.trace import Trace
 from workbench.trace.schema import PHASE_MEASURE
 from workbench.trace.store.bundle import Bundle
@@ -128,17 +127,11 @@ def _fusion_columns(fusion: pd.DataFrame) -> list[tuple[str, str, str | None]]:
 def _baseline_position(bundles: Sequence[Bundle], names: Sequence[str], reference: str,
                        baseline: str | int | None) -> int | None:
     """Position of the run the others are compared against: None when `reference` is one of the runs' variants
-    and no `baseline` is given (each run against the reference at its shape), else the `baseline` run's."""
-    if baseline is None:
-        if any(series_name(b.record) == reference for b in bundles):
-            return None
-        return 0 if bundles else None
-    if isinstance(baseline, int):
-        return baseline if 0 <= baseline < len(bundles) else 0
-    for i, (bundle, name) in enumerate(zip(bundles, names, strict=True)):
-        if baseline in (bundle.run_id, name):
-            return i
-    raise WorkbenchError(f"baseline {baseline!r} is none of the compared runs ({', '.join(names)})")
+    and no `baseline` is given (each run against the reference at its shape), else the `baseline` run's
+    (`analysis.diff.baseline_index`)."""
+    if not bundles or (baseline is None and any(series_name(b.record) == reference for b in bundles)):
+        return None
+    return baseline_index(bundles, names, baseline)
 
 
 STEP_COLUMNS = [("run", "run", None), ("source", "steps from", None), ("steps", "steps", "0,0"),
