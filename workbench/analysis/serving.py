@@ -21,6 +21,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from workbench.trace.columns import floats
+
 MAX_WATERFALL_ROWS = 1_000
 """Requests the waterfall draws at most."""
 MAX_TOKEN_TICKS = 20_000
@@ -86,7 +88,7 @@ def _floats(table: pa.Table, name: str) -> np.ndarray:
     """A column as float64 with NaN for nulls; all NaN when the table lacks it."""
     if name not in table.column_names:
         return np.full(table.num_rows, np.nan)
-    return np.asarray(pc.cast(table[name], pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+    return floats(table[name])
 
 
 def _texts(table: pa.Table, name: str) -> np.ndarray:

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from workbench.analysis.findings.finding import Finding
+from workbench.trace.columns import floats
 
 SLOW_QUANTILE = 0.99
 """The slowest requests by TTFT, whose queueing share is reported."""
@@ -38,16 +39,12 @@ def serving_findings(requests: pa.Table | None, steps: pa.Table | None,
     return sorted(found, key=lambda f: -f.time_share)
 
 
-def _column(table: pa.Table, name: str) -> np.ndarray:
-    return np.asarray(table[name].to_numpy(zero_copy_only=False), dtype=np.float64)
-
-
 def _slow_share(requests: pa.Table | None, part: str) -> tuple[float, dict[str, Any]] | None:
     """The share of the slowest requests' TTFT (SLOW_QUANTILE and up) spent in `part` (a join column), with the
     evidence; None without joined requests."""
     if requests is None or part not in requests.column_names:
         return None
-    ttft, spent = _column(requests, "ttft_ns"), _column(requests, part)
+    ttft, spent = floats(requests["ttft_ns"]), floats(requests[part])
     known = ~np.isnan(ttft) & ~np.isnan(spent)
     if not known.any():
         return None
@@ -90,7 +87,7 @@ def _engine_busy_share(requests: pa.Table, steps: pa.Table | None) -> float:
     order = np.argsort(steps["start_ns"].to_numpy(), kind="stable")
     start = steps["start_ns"].to_numpy()[order].astype(np.float64)
     stop = start + steps["dur_ns"].to_numpy()[order]
-    ttft, queued, arrival = (_column(requests, c) for c in ("ttft_ns", "queued_ns", "arrival_ns"))
+    ttft, queued, arrival = (floats(requests[c]) for c in ("ttft_ns", "queued_ns", "arrival_ns"))
     known = ~np.isnan(ttft) & ~np.isnan(queued)
     slow = np.flatnonzero(known & (ttft >= np.quantile(ttft[known], SLOW_QUANTILE)))
     waited = busy = 0.0
@@ -133,7 +130,7 @@ def _interference(requests: pa.Table | None, steps: pa.Table | None) -> Finding 
                                 "decode_median_ms": float(np.median(decode) / 1e6), "slowdown": ratio}
     share = float(mixed.sum() / dur.sum())
     if requests is not None and "stalled_ns" in requests.column_names:
-        stalled, decoding = _column(requests, "stalled_ns"), _column(requests, "decode_ns")
+        stalled, decoding = floats(requests["stalled_ns"]), floats(requests["decode_ns"])
         known = ~np.isnan(stalled) & ~np.isnan(decoding)
         if known.any() and decoding[known].sum() > 0:
             share = float(stalled[known].sum() / decoding[known].sum())

@@ -26,6 +26,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from workbench.trace.columns import floats
+
 PHASE_SCHEMA = pa.schema([
     ("first_step", pa.int64()), ("last_step", pa.int64()), ("steps", pa.int64()), ("queued_ns", pa.int64()),
     ("prefill_ns", pa.int64()), ("delivery_ns", pa.int64()), ("decode_ns", pa.int64()), ("stalled_ns", pa.int64()),
@@ -47,9 +49,9 @@ def request_phases(requests: pa.Table, steps: pa.Table | None) -> dict[str, pa.A
     """Per request, its first and last step, how many steps ran while it was in flight, and its queued, prefill,
     delivery, decode and stalled-behind-prefill times (ns)."""
     n = requests.num_rows
-    arrival = _ints(requests["arrival_ns"])
-    first = _ints(requests["first_token_ns"])
-    end = _ints(requests["end_ns"])
+    arrival = floats(requests["arrival_ns"])
+    first = floats(requests["first_token_ns"])
+    end = floats(requests["end_ns"])
     nulls = {name: pa.nulls(n, pa.int64()) for name in PHASE_SCHEMA.names}
     if steps is None or not steps.num_rows or not n:
         return nulls
@@ -57,8 +59,8 @@ def request_phases(requests: pa.Table, steps: pa.Table | None) -> dict[str, pa.A
     start = steps["start_ns"].to_numpy()[order]
     stop = start + steps["dur_ns"].to_numpy()[order]
     index = steps["step"].to_numpy()[order]
-    prefill = np.nan_to_num(_ints(steps["prefill_requests"])[order]) > 0
-    decode = np.nan_to_num(_ints(steps["decode_requests"])[order]) > 0
+    prefill = np.nan_to_num(floats(steps["prefill_requests"])[order]) > 0
+    decode = np.nan_to_num(floats(steps["decode_requests"])[order]) > 0
     mode = np.asarray(steps["mode"].to_pylist(), dtype=object)[order]
     prefill |= (mode == "prefill") | (mode == "mixed")
     decode |= (mode == "decode") | (mode == "mixed")
@@ -69,7 +71,7 @@ def request_phases(requests: pa.Table, steps: pa.Table | None) -> dict[str, pa.A
     out = {name: np.full(n, -1, dtype=np.int64) for name in PHASE_SCHEMA.names}
     known = ~np.isnan(first) & ~np.isnan(arrival) & ~np.isnan(end)
     made_by = _prefill_steps(arrival, first, start, stop, prefill,
-                             np.nan_to_num(_ints(steps["prefill_requests"])[order], nan=1.0))
+                             np.nan_to_num(floats(steps["prefill_requests"])[order], nan=1.0))
     reach = np.maximum.accumulate(stop)  # no step before the first whose running end passes a time overlaps it
     for r in np.flatnonzero(~np.isnan(arrival) & ~np.isnan(end)):
         near = np.arange(np.searchsorted(reach, arrival[r], side="right"), np.searchsorted(start, end[r]))
@@ -113,8 +115,3 @@ def _prefill_steps(arrival: np.ndarray, first: np.ndarray, start: np.ndarray, st
         if before >= 0 and start[rows[before]] >= arrival[r]:
             made[r] = rows[before]
     return made
-
-
-def _ints(column: pa.ChunkedArray) -> np.ndarray:
-    """An integer column as float64 with NaN for nulls (so missing times stay visible)."""
-    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)

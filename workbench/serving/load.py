@@ -21,7 +21,6 @@ from typing import Any
 from workbench.errors import WorkbenchError
 from workbench.serving.engine import Endpoint, log_tail, stop_process_group
 
-GENERATORS = ("aiperf", "vllm-bench")
 ARRIVALS = ("poisson", "constant")
 ENDPOINTS = ("completions", "chat")
 

@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from workbench.errors import WorkbenchError
+from workbench.trace.columns import floats
 
 SLO_METRICS = ("ttft", "tpot", "itl", "e2e")
 """The per-request latencies an SLO may bound."""
@@ -85,16 +86,16 @@ def latency_summary(requests: pa.Table, slo: dict[str, int] | None = None) -> di
     """Counts, throughputs and TTFT/TPOT/ITL/e2e mean and percentiles (ms) of a `requests` table, and goodput
     under `slo` (bounds in ns, as `parse_slo` gives) when one is given. JSON-safe: None where undefined."""
     ok = pc.equal(requests["status"], "ok").to_numpy(zero_copy_only=False)
-    arrival, end = _floats(requests["arrival_ns"]), _floats(requests["end_ns"])
+    arrival, end = floats(requests["arrival_ns"]), floats(requests["end_ns"])
     duration = (np.nanmax(end) - np.nanmin(arrival)) / 1e9 if requests.num_rows else math.nan
-    ttft, tpot, e2e = (_floats(requests[name])[ok] for name in ("ttft_ns", "tpot_ns", "e2e_ns"))
+    ttft, tpot, e2e = (floats(requests[name])[ok] for name in ("ttft_ns", "tpot_ns", "e2e_ns"))
     tokens = requests["token_ns"].filter(pa.array(ok))
     gaps = _gaps(tokens)
     summary: dict[str, Any] = {
         "requests": requests.num_rows, "ok": int(ok.sum()), "failed": int((~ok).sum()),
         "duration_s": _safe(duration),
         "request_throughput": _safe(ok.sum() / duration if duration > 0 else math.nan),
-        "output_token_throughput": _safe(np.nansum(_floats(requests["output_tokens"])[ok]) / duration
+        "output_token_throughput": _safe(np.nansum(floats(requests["output_tokens"])[ok]) / duration
                                          if duration > 0 else math.nan),
         **{name: _stats(values) for name, values in
            (("ttft", ttft), ("tpot", tpot), ("itl", np.concatenate(gaps) if gaps else np.zeros(0)), ("e2e", e2e))},
@@ -106,11 +107,6 @@ def latency_summary(requests: pa.Table, slo: dict[str, int] | None = None) -> di
         summary["goodput"] = _safe(good.sum() / duration if duration > 0 else math.nan)
         summary["goodput_fraction"] = _safe(good.sum() / requests.num_rows if requests.num_rows else math.nan)
     return summary
-
-
-def _floats(column: pa.ChunkedArray) -> np.ndarray:
-    """A numeric column as float64, NaN for null."""
-    return np.asarray(pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
 def _gaps(tokens: pa.ChunkedArray) -> list[np.ndarray]:
@@ -132,10 +128,10 @@ def _meets(requests: pa.Table, ok: np.ndarray, slo: dict[str, int]) -> np.ndarra
     if unknown:
         raise WorkbenchError(f"SLO: unknown metric {', '.join(sorted(unknown))}; choose from {', '.join(SLO_METRICS)}")
     good = ok.copy()
-    few = np.nan_to_num(_floats(requests["output_tokens"]), nan=0.0) < 2
+    few = np.nan_to_num(floats(requests["output_tokens"]), nan=0.0) < 2
     for name in ("ttft", "tpot", "e2e"):
         if name in slo:
-            values = _floats(requests[f"{name}_ns"])
+            values = floats(requests[f"{name}_ns"])
             within = np.nan_to_num(values, nan=math.inf) <= slo[name]
             good &= within | few if name == "tpot" else within
     if "itl" in slo:

@@ -47,8 +47,8 @@ def engine_series(text: str) -> dict[str, float]:
 class MetricsSampler:
     """Scrapes `url`/metrics every `period_s` in a background thread between `start()` and `stop()`.
 
-    `samples` holds (epoch ns, name, value); `latest(name)` the last value seen. A failed scrape is counted in
-    `failures` (an engine busy past the timeout, or gone) and the next one tried on time."""
+    `samples` holds (epoch ns, name, value). A failed scrape is counted in `failures` (an engine busy past the
+    timeout, or gone) and the next one tried on time."""
 
     def __init__(self, url: str, period_s: float = 0.5, timeout_s: float = 2.0) -> None:
         self.url = f"{url.rstrip('/')}/metrics"
@@ -56,8 +56,7 @@ class MetricsSampler:
         self.timeout_s = timeout_s
         self.samples: list[tuple[int, str, float]] = []
         self.failures = 0
-        self._names: list[str] = []
-        self._last: dict[str, float] = {}
+        self._series: set[str] = set()
         self._client = httpx.Client(timeout=timeout_s)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="workbench-metrics", daemon=True)
@@ -73,10 +72,6 @@ class MetricsSampler:
         """Stop sampling after one last sample, so the series cover the end of the load."""
         self._stop.set()
         self._thread.join()
-
-    def latest(self, name: str) -> float | None:
-        """The last sampled value of series `name`, None before it was seen."""
-        return self._last.get(name)
 
     def _run(self) -> None:
         next_at = time.monotonic()
@@ -97,11 +92,10 @@ class MetricsSampler:
             self.failures += 1
             return
         for name, value in values.items():
-            if name not in self._last and len(self._names) >= MAX_SERIES:
-                continue
-            if name not in self._last:
-                self._names.append(name)
-            self._last[name] = value
+            if name not in self._series:
+                if len(self._series) >= MAX_SERIES:
+                    continue
+                self._series.add(name)
             self.samples.append((at, name, value))
 
 

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from workbench.analysis.timeline import dictionary_codes
 from workbench.trace import Trace
-from workbench.trace.columns import lookup
+from workbench.trace.columns import floats, lookup
 
 STEPS_SCHEMA = pa.schema([
     ("step", pa.int64()), ("start_ns", pa.int64()), ("dur_ns", pa.int64()), ("engine", pa.string()),
@@ -175,7 +175,7 @@ def steps_summary(steps: pa.Table | None) -> dict[str, Any] | None:
         return None
     modes = np.asarray(steps["mode"].to_pylist(), dtype=object)
     dur_ms = steps["dur_ns"].to_numpy() / 1e6
-    batch = np.asarray(steps["batch_requests"].to_numpy(zero_copy_only=False), dtype=float)
+    batch = floats(steps["batch_requests"])
     kernels = steps["kernels"].to_numpy()
     by_mode = {}
     for mode in sorted(set(modes.tolist()), key=str):

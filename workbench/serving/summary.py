@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from workbench.serving.findings import serving_findings
 from workbench.serving.metrics import latency_summary
+from workbench.trace.columns import floats
 
 PHASES = ("queued_ns", "prefill_ns", "delivery_ns", "decode_ns", "stalled_ns")
 
@@ -37,11 +38,11 @@ def phase_split(requests: pa.Table) -> dict[str, dict[str, float]] | None:
     steps, and of the slowest 1% by TTFT; None when no request was joined."""
     if "queued_ns" not in requests.column_names:
         return None
-    values = {name: np.asarray(requests[name].to_numpy(zero_copy_only=False), dtype=np.float64) for name in PHASES}
+    values = {name: floats(requests[name]) for name in PHASES}
     joined = ~np.isnan(values["queued_ns"])
     if not joined.any():
         return None
-    ttft = np.asarray(requests["ttft_ns"].to_numpy(zero_copy_only=False), dtype=np.float64)
+    ttft = floats(requests["ttft_ns"])
     slow = joined & (ttft >= np.nanquantile(ttft[joined], 0.99))
     return {group: {name.removesuffix("_ns"): float(np.median(values[name][rows])) / 1e6 for name in PHASES}
             for group, rows in (("all", joined), ("slowest_ttft", slow))}

@@ -11,6 +11,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 
+def floats(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A numeric column as float64, NaN for nulls (missing figures stay visible to numpy's nan-aware reductions)."""
+    return np.asarray(pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
 def dict_array(codes: np.ndarray, values: list[Any]) -> pa.DictionaryArray:
     """A dictionary column from int codes into `values`; code -1 is null."""
     codes = np.asarray(codes, dtype=np.int32)
