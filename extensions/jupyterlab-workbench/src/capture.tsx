@@ -4,32 +4,25 @@
  * The form becomes a `POST jobs` body (the CLI's capture options); its choices (models, variants,
  * profilers, devices), bounds and placeholder defaults come from the server's `GET capture/options`,
  * which derives them from the capture settings, so the form offers what the server accepts. The job is
- * then polled every `POLL_MS` until it ends, showing its current task and a progress bar, with a cancel
- * button. Bad input and the server's errors are shown under the form; a failed job shows its error and
+ * then followed (`job.ts`: polled every `POLL_MS`) until it ends, showing its current task and a progress
+ * bar, with a cancel button. Bad input and the server's errors are shown under the form; a failed job shows its error and
  * the log tail.
  */
 
 import * as React from 'react';
 
 import {
-  cancelJob,
   fetchCaptureOptions,
-  getJob,
   ICaptureField,
   ICaptureOptions,
   ICaptureRequest,
   ICaptureResult,
   IJob,
-  isFinished,
   isImportJob,
   isServeJob,
-  listJobs,
-  startCapture,
-  WorkbenchApiError
+  startCapture
 } from './api';
-
-/** How often a running job is polled (ms). */
-export const POLL_MS = 500;
+import { errorMessage, useFollowedJob } from './job';
 
 /** The profiler whose kernel selection (`kernel_name`, `launch_count`) the form shows. */
 export const KERNEL_PROFILER = 'ncu';
@@ -235,10 +228,6 @@ export function progressLabel(job: IJob): { task: string; completed: number | nu
   return { task, completed, total };
 }
 
-function message(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
-
 /** An error shown in place. */
 export function ErrorNote(props: { text: string | null }): JSX.Element | null {
   if (!props.text) {
@@ -380,126 +369,33 @@ export function CaptureSection(props: {
     }
     return optionsRequest.current;
   };
-  const [job, setJob] = React.useState<IJob | null>(null);
-  const followed = React.useRef<IJob | null>(null);
-  followed.current = job;
-  const [error, setError] = React.useState<string | null>(null);
-  const [submitting, setSubmitting] = React.useState(false);
-  const [cancelling, setCancelling] = React.useState(false);
-  const [retry, setRetry] = React.useState(0);
-  const onFinished = React.useRef(props.onFinished);
-  onFinished.current = props.onFinished;
-  const reported = React.useRef(new Set<string>());
-  /** Tell the parent once that `ended` has ended (polling and cancelling may both see it). */
-  const finish = (ended: IJob) => {
-    if (!reported.current.has(ended.id)) {
-      reported.current.add(ended.id);
-      onFinished.current(ended);
-    }
-  };
-
   React.useEffect(() => {
     loadOptions().catch(() => {
       // submitting asks again, and shows why it failed
     });
   }, []);
 
-  // Follow a capture still running on the server (started before this page was loaded).
-  React.useEffect(() => {
-    listJobs()
-      .then(jobs => {
-        const live = jobs.filter(j => !isFinished(j) && !isImportJob(j) && !isServeJob(j)).pop();
-        if (live && followed.current === null) {
-          setJob(live);
-          setForm(formFromRequest(live.request as ICaptureRequest)); // the settings it runs with
-        }
-      })
-      .catch(() => {
-        // the runs list shows why the server cannot be reached
-      });
-  }, []);
+  const { job, running, error, submitting, cancelling, dismiss, submit: follow, cancel } = useFollowedJob({
+    what: 'the capture',
+    isMine: j => !isImportJob(j) && !isServeJob(j),
+    onResume: live => setForm(formFromRequest(live.request as ICaptureRequest)), // the settings it runs with
+    onFinished: props.onFinished
+  });
 
-  React.useEffect(() => {
-    if (!job || isFinished(job)) {
-      return;
-    }
-    let stopped = false;
-    const timer = window.setTimeout(async () => {
-      try {
-        const next = await getJob(job.id);
-        if (stopped) {
-          return;
-        }
-        setError(null);
-        setJob(next);
-        if (isFinished(next)) {
-          setCancelling(false);
-          finish(next);
-        }
-      } catch (err) {
-        if (stopped) {
-          return;
-        }
-        if (err instanceof WorkbenchApiError && err.status === 404) {
-          setJob(null);
-          setError(`the server no longer knows job ${job.id} (was it restarted?)`);
-        } else {
-          setError(`cannot follow the capture: ${message(err)}; retrying`);
-          setRetry(n => n + 1);
-        }
-      }
-    }, POLL_MS);
-    return () => {
-      stopped = true;
-      window.clearTimeout(timer);
-    };
-  }, [job, retry]);
-
-  const running = job !== null && !isFinished(job);
   const fields = options ? fieldsByKey(options) : new Map<string, ICaptureField>();
   const profiler = chosenProfiler(form, options);
 
   const change = (name: keyof ICaptureForm, value: string | boolean) =>
     setForm(current => ({ ...current, [name]: value }));
 
-  const submit = async (event: React.FormEvent) => {
+  const submit = (event: React.FormEvent) => {
     event.preventDefault();
-    setError(null); // a new attempt: the last one's error and outcome go
-    setJob(current => (current && isFinished(current) ? null : current));
-    let request: ICaptureRequest;
-    try {
+    void follow(async () => {
       const known = options ?? (await loadOptions().catch(err => {
-        throw new Error(`cannot read the server's capture options: ${message(err)}`);
+        throw new Error(`cannot read the server's capture options: ${errorMessage(err)}`);
       }));
-      request = captureRequest(form, known);
-    } catch (err) {
-      setError(message(err));
-      return;
-    }
-    setSubmitting(true);
-    try {
-      setJob(await startCapture(request));
-    } catch (err) {
-      setError(message(err));
-    } finally {
-      setSubmitting(false);
-    }
-  };
-
-  const cancel = async () => {
-    if (!job) {
-      return;
-    }
-    setCancelling(true);
-    try {
-      const ended = await cancelJob(job.id);
-      setJob(ended);
-      finish(ended);
-    } catch (err) {
-      setError(`cannot cancel: ${message(err)}`);
-    } finally {
-      setCancelling(false);
-    }
+      return captureRequest(form, known);
+    }, startCapture);
   };
 
   return (
@@ -597,7 +493,7 @@ export function CaptureSection(props: {
       <ErrorNote text={error} />
       {job && running ? <Progress job={job} /> : null}
       {job && !running ? (
-        <Outcome job={job} onDismiss={() => setJob(null)} />
+        <Outcome job={job} onDismiss={dismiss} />
       ) : null}
     </section>
   );

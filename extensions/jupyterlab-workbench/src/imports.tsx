@@ -10,7 +10,7 @@
 import * as React from 'react';
 
 import { getJob, IJob, importPath, isFinished, uploadTrace } from './api';
-import { POLL_MS } from './capture';
+import { errorMessage, POLL_MS } from './job';
 
 /** One import: a file on its way into the traces root. */
 export interface IImportItem {
@@ -19,10 +19,6 @@ export interface IImportItem {
   status: 'uploading' | 'importing' | 'done' | 'failed';
   error: string | null;
   runs: string[];
-}
-
-function message(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
 }
 
 /** The panel's imports. `imported(runIds, open)` runs when one ends with new runs (`open`: show them). */
@@ -83,7 +79,7 @@ export class ImportTracker {
       this._update(key, { status: 'done', runs });
       this._imported(runs, open);
     } catch (error) {
-      this._update(key, { status: 'failed', error: message(error) });
+      this._update(key, { status: 'failed', error: errorMessage(error) });
     }
   }
 

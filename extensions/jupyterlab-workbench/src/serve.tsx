@@ -3,28 +3,17 @@
  * live status of its job.
  *
  * The form becomes a `POST serve` body (`workbench serve --url`: NVIDIA AIPerf drives the server at one load
- * or a sweep of rates or concurrencies, one run per load point). The job is polled every `POLL_MS` until it
- * ends, with a cancel button; `workbench serve` reports no progress of its own, so the job shows its load and
- * its log. Once it ends, its runs are listed (a click opens a run's dashboard, whose serving tab shows the
+ * or a sweep of rates or concurrencies, one run per load point). The job is followed (`job.ts`: polled every
+ * `POLL_MS`) until it ends, with a cancel button; `workbench serve` reports no progress of its own, so the job
+ * shows its load and its log. Once it ends, its runs are listed (a click opens a run's dashboard, whose serving tab shows the
  * requests); a run whose requests failed is still kept and listed, with the failures counted.
  */
 
 import * as React from 'react';
 
-import {
-  cancelJob,
-  getJob,
-  IJob,
-  IServePoint,
-  IServeRequest,
-  IServeResult,
-  isFinished,
-  isServeJob,
-  listJobs,
-  startServe,
-  WorkbenchApiError
-} from './api';
-import { ErrorNote, FormError, POLL_MS } from './capture';
+import { IJob, IServePoint, IServeRequest, IServeResult, isServeJob, startServe } from './api';
+import { ErrorNote, FormError } from './capture';
+import { useFollowedJob } from './job';
 
 /** The server's bounds (`serve_handlers.py`), checked here first so a mistake shows at once. */
 export const MAX_REQUESTS = 10_000;
@@ -181,10 +170,6 @@ function pointFigures(point: IServePoint): string {
   return `${summary.ok ?? 0} ok, ${summary.failed ?? 0} failed`;
 }
 
-function message(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
-
 interface IFieldProps {
   label: string;
   name: keyof IServeForm;
@@ -313,112 +298,21 @@ export function ServeSection(props: {
   onOpen: (runIds: string[]) => void;
 }): JSX.Element {
   const [form, setForm] = React.useState<IServeForm>(DEFAULT_SERVE_FORM);
-  const [job, setJob] = React.useState<IJob | null>(null);
-  const followed = React.useRef<IJob | null>(null);
-  followed.current = job;
-  const [error, setError] = React.useState<string | null>(null);
-  const [submitting, setSubmitting] = React.useState(false);
-  const [cancelling, setCancelling] = React.useState(false);
-  const [retry, setRetry] = React.useState(0);
-  const onFinished = React.useRef(props.onFinished);
-  onFinished.current = props.onFinished;
-  const reported = React.useRef(new Set<string>());
-  const finish = (ended: IJob) => {
-    if (!reported.current.has(ended.id)) {
-      reported.current.add(ended.id);
-      onFinished.current(ended);
-    }
-  };
-
-  // Follow a serving run still going on the server (started before this page was loaded).
-  React.useEffect(() => {
-    listJobs()
-      .then(jobs => {
-        const live = jobs.filter(j => !isFinished(j) && isServeJob(j)).pop();
-        if (live && isServeJob(live) && followed.current === null) {
-          setJob(live);
-          setForm(serveFormFromRequest(live.request.serve));
-        }
-      })
-      .catch(() => {
-        // the runs list shows why the server cannot be reached
-      });
-  }, []);
-
-  React.useEffect(() => {
-    if (!job || isFinished(job)) {
-      return;
-    }
-    let stopped = false;
-    const timer = window.setTimeout(async () => {
-      try {
-        const next = await getJob(job.id);
-        if (stopped) {
-          return;
-        }
-        setError(null);
-        setJob(next);
-        if (isFinished(next)) {
-          setCancelling(false);
-          finish(next);
-        }
-      } catch (err) {
-        if (stopped) {
-          return;
-        }
-        if (err instanceof WorkbenchApiError && err.status === 404) {
-          setJob(null);
-          setError(`the server no longer knows job ${job.id} (was it restarted?)`);
-        } else {
-          setError(`cannot follow the serving run: ${message(err)}; retrying`);
-          setRetry(n => n + 1);
-        }
+  const { job, running, error, submitting, cancelling, dismiss, submit: follow, cancel } = useFollowedJob({
+    what: 'the serving run',
+    isMine: isServeJob,
+    onResume: live => {
+      if (isServeJob(live)) {
+        setForm(serveFormFromRequest(live.request.serve));
       }
-    }, POLL_MS);
-    return () => {
-      stopped = true;
-      window.clearTimeout(timer);
-    };
-  }, [job, retry]);
-
-  const running = job !== null && !isFinished(job);
+    },
+    onFinished: props.onFinished
+  });
   const change = (name: keyof IServeForm, value: string) => setForm(current => ({ ...current, [name]: value }));
 
-  const submit = async (event: React.FormEvent) => {
+  const submit = (event: React.FormEvent) => {
     event.preventDefault();
-    setError(null);
-    setJob(current => (current && isFinished(current) ? null : current));
-    let request: IServeRequest;
-    try {
-      request = serveRequest(form);
-    } catch (err) {
-      setError(message(err));
-      return;
-    }
-    setSubmitting(true);
-    try {
-      setJob(await startServe(request));
-    } catch (err) {
-      setError(message(err));
-    } finally {
-      setSubmitting(false);
-    }
-  };
-
-  const cancel = async () => {
-    if (!job) {
-      return;
-    }
-    setCancelling(true);
-    try {
-      const ended = await cancelJob(job.id);
-      setJob(ended);
-      finish(ended);
-    } catch (err) {
-      setError(`cannot cancel: ${message(err)}`);
-    } finally {
-      setCancelling(false);
-    }
+    void follow(() => serveRequest(form), startServe);
   };
 
   const rate = form.load === 'rate';
@@ -476,7 +370,7 @@ export function ServeSection(props: {
       </form>
       <ErrorNote text={error} />
       {job && running ? <Running job={job} /> : null}
-      {job && !running ? <Outcome job={job} onOpen={props.onOpen} onDismiss={() => setJob(null)} /> : null}
+      {job && !running ? <Outcome job={job} onOpen={props.onOpen} onDismiss={dismiss} /> : null}
     </section>
   );
 }
