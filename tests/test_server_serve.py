@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import emptied_memory
-from test_serving_errors import AIPERF, SERVING, _Stub
+from test_serving_errors import AIPERF, SERVING, stub_server
 
 from workbench.cache import CACHE_ENV
 from workbench.trace.store.bundle import list_bundles, open_bundle
@@ -67,11 +65,8 @@ def tokenizer(jp_root_dir) -> str:
 @pytest.fixture
 def stub() -> Iterator[str]:
     """An OpenAI-compatible server on 127.0.0.1 that lists the model `stub` and answers every completion 500."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with stub_server() as url:
+        yield url
 
 
 def body(folder: str, /, **changes: Any) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -65,21 +66,22 @@ class _Stub(BaseHTTPRequestHandler):
                                                    "code": 500}}).encode())
 
 
-@pytest.fixture
-def stub() -> Iterator[callable]:
-    servers = []
-
-    def start(mode: str) -> str:
-        handler = type(f"Stub_{mode}", (_Stub,), {"mode": mode})
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
-
-    yield start
-    for server in servers:
+@contextmanager
+def stub_server(mode: str = "errors") -> Iterator[str]:
+    """A `_Stub` answering as `mode` says, on 127.0.0.1, for the block: its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), type(f"Stub_{mode}", (_Stub,), {"mode": mode}))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def stub() -> Iterator[callable]:
+    with ExitStack() as servers:
+        yield lambda mode: servers.enter_context(stub_server(mode))
 
 
 @pytest.fixture

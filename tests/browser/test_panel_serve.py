@@ -6,9 +6,7 @@ its dashboard. Screenshots go to test-output/lab/."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 
 import pytest
 from test_lab_browser import (  # noqa: F401 (browser, page: the fixtures of Chromium and a Lab page)
@@ -21,7 +19,7 @@ from test_lab_browser import (  # noqa: F401 (browser, page: the fixtures of Chr
     wait_for_plots,
 )
 from test_lab_browser import pytestmark as lab_marks
-from test_serving_errors import AIPERF, SERVING, _Stub
+from test_serving_errors import AIPERF, SERVING, stub_server
 
 pytestmark = [*lab_marks, pytest.mark.skipif(not AIPERF.is_file(), reason=f"no AIPerf in {SERVING}: run make serving")]
 SERVE_TIMEOUT_MS = 180_000
@@ -44,11 +42,8 @@ def lab(tmp_path_factory) -> Iterator[Lab]:
 
 @pytest.fixture(scope="module")
 def stub() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with stub_server() as url:
+        yield url
 
 
 def fill(page, values: dict[str, str]) -> None:
