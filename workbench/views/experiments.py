@@ -108,9 +108,12 @@ def experiments_view(bundles: Sequence[Bundle], reference: str = "eager", *, bas
 
 
 def _fusion_columns(fusion: pd.DataFrame) -> list[tuple[str, str, str | None]]:
-    """The fusion table's columns (field, title, format); its times (`*_ns`) scaled in place to one unit each."""
+    """The fusion table's columns (field, title, format); its times (`*_ns`) scaled in place to one unit each. A
+    figure no run has (XLA's bytes and FLOPs of a Kineto import) gets no empty column."""
     columns = []
     for name in fusion.columns:
+        if fusion[name].isna().all():
+            continue
         title = name.replace("_", " ")
         if name in ("variant", "framework"):
             columns.append((name, title, None))
