@@ -3,7 +3,8 @@
 A format is an element encoding (`Element`: a minifloat with `ebits`/`mbits`, or an integer range) and a way of
 scaling groups of elements (`Scaling`: a float32 scale per tensor, channel, token, head, group or 2-D block; a
 power-of-two E8M0 scale per 32 elements for the OCP microscaling formats; an E4M3 scale per 16 elements under a
-float32 tensor scale for NVFP4). `fake_quantize(x, spec)` returns `x` rounded onto the format and back
+float32 tensor scale for NVFP4; a last dim that is no multiple of the block is zero-padded, as kernels pad).
+`fake_quantize(x, spec)` returns `x` rounded onto the format and back
 (dequantized), bit for bit what the hardware's conversion gives:
 
 - minifloats round to nearest, ties to even, saturating at the format's largest finite value (the OCP 8-bit
@@ -21,10 +22,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 
 from workbench.errors import WorkbenchError
 
@@ -215,21 +218,21 @@ def _int(groups: torch.Tensor, element: Element, symmetric: bool) -> torch.Tenso
 def _mx(data: torch.Tensor, fmt: Format) -> torch.Tensor:
     """OCP microscaling: per `fmt.block` elements along the last dim, a power-of-two scale 2^(floor(log2 amax) -
     emax_elem), clamped to E8M0's range; elements saturate. An all-zero block keeps the smallest normal scale."""
-    blocks = _last_dim_blocks(data, fmt)
+    blocks, restore = _last_dim_blocks(data, fmt)
     amax = blocks.abs().amax(dim=-1, keepdim=True)
     _, exponent = torch.frexp(amax)
     unbiased = torch.where(amax > 0, exponent - 1 - fmt.element.emax, torch.full_like(exponent, -127))
     scale = torch.ldexp(torch.ones_like(amax), unbiased.clamp(-127, 127))
     scale = scale.clamp(min=torch.finfo(torch.float32).smallest_normal)
     out = round_element(blocks / scale, fmt.element) * scale
-    return torch.where(torch.isnan(amax), torch.full_like(out, math.nan), out).reshape(data.shape)
+    return restore(torch.where(torch.isnan(amax), torch.full_like(out, math.nan), out))
 
 
 def _nvfp4(data: torch.Tensor, fmt: Format) -> torch.Tensor:
     """NVFP4: a float32 tensor scale amax / (448 · 6), then per 16 elements an E4M3 scale of the block's amax / 6
     under it; E2M1 elements, as torchao's two-level `nvfp4_quantize`."""
     e4m3 = ELEMENTS["e4m3"]
-    blocks = _last_dim_blocks(data, fmt)
+    blocks, restore = _last_dim_blocks(data, fmt)
     tensor_amax = data.abs().amax()
     tensor_scale = (tensor_amax / (e4m3.max * fmt.element.max)).clamp(min=torch.finfo(torch.float32).tiny)
     block_scale = blocks.abs().amax(dim=-1, keepdim=True) / fmt.element.max
@@ -237,15 +240,17 @@ def _nvfp4(data: torch.Tensor, fmt: Format) -> torch.Tensor:
     stored = round_element((block_scale / tensor_scale).clamp(min=tiny, max=e4m3.max), e4m3)
     elements = round_element((blocks * ((1.0 / tensor_scale) / stored)).clamp(-fmt.element.max, fmt.element.max),
                              fmt.element)
-    return (elements * (stored * tensor_scale)).reshape(data.shape)
+    return restore(elements * (stored * tensor_scale))
 
 
-def _last_dim_blocks(data: torch.Tensor, fmt: Format) -> torch.Tensor:
-    """`data` as rows of `fmt.block` consecutive elements of its last dim (which must divide)."""
-    if data.ndim == 0 or data.shape[-1] % fmt.block:
-        raise FormatError(f"{fmt.name} scales blocks of {fmt.block} along the last dim: a tensor of shape "
-                          f"{tuple(data.shape)} has no whole blocks (pad it, or keep this tensor in another format)")
-    return data.reshape(-1, fmt.block)
+def _last_dim_blocks(data: torch.Tensor, fmt: Format) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+    """`data` as rows of `fmt.block` consecutive elements of its last dim, zero-padded to whole blocks as kernels
+    pad (zeros change no block's amax), and the function turning such rows back into `data`'s shape."""
+    if data.ndim == 0:
+        data = data.reshape(1)
+    width = data.shape[-1]
+    padded = F.pad(data, (0, -width % fmt.block))
+    return padded.reshape(-1, fmt.block), lambda rows: rows.reshape(padded.shape)[..., :width].reshape(data.shape)
 
 
 def _grouped(data: torch.Tensor, granularity: str, size: int | None):
