@@ -62,10 +62,12 @@ def _mantissa_even(value: float, ebits: int, mbits: int) -> bool:
     return round((value / 2.0 ** exponent - 1) * (1 << mbits)) % 2 == 0
 
 
-@pytest.mark.parametrize("name, dtype", [("e4m3", "float8_e4m3fn"), ("e5m2", "float8_e5m2")])
+@pytest.mark.parametrize("name, dtype", [("e4m3", "float8_e4m3fn"), ("e5m2", "float8_e5m2"), ("bf16", "bfloat16"),
+                                         ("fp16", "float16")])
 def test_fp8_elements_equal_torchs_saturating_cast(name, dtype):
     torch.manual_seed(1)
     x = torch.randn(200_000) * torch.logspace(-10, 6, 200_000)
+    x[:4] = torch.tensor([1e30, -1e30, 0.0, -0.0])
     element = ELEMENTS[name]
     assert torch.equal(round_element(x, element), x.clamp(-element.max, element.max).to(getattr(torch, dtype)).float())
 
@@ -156,3 +158,17 @@ def test_nan_stays_nan_and_dtype_and_shape_are_kept():
     out = fake_quantize(x, "fp8-e4m3/token")
     assert out.dtype == torch.bfloat16 and out.shape == x.shape
     assert torch.isnan(out[0, 1]) and out[0, 0].item() == 1.0
+
+
+def test_storage_bytes_count_elements_scales_and_zero_points():
+    from workbench.quant.formats import storage_bytes
+
+    assert storage_bytes(parse_spec("bf16"), (4, 64)) == 512
+    assert storage_bytes(parse_spec("fp8-e4m3"), (4, 64)) == 256 + 4
+    assert storage_bytes(parse_spec("int8/token"), (2, 3, 5, 16)) == 480 + 30 * 4
+    assert storage_bytes(parse_spec("int8/head"), (2, 3, 5, 16)) == 480 + 3 * 4
+    assert storage_bytes(parse_spec("int4/group32/asym"), (8, 64)) == 256 + 16 * 4 + 8  # 16 four-bit zero points
+    assert storage_bytes(parse_spec("fp8-e4m3/block128"), (256, 384)) == 256 * 384 + 6 * 4
+    assert storage_bytes(parse_spec("mxfp4"), (4, 64)) == 128 + 8  # 8 blocks of 32: 16 bytes and one E8M0 scale each
+    assert storage_bytes(parse_spec("mxfp6"), (3, 40)) == 3 * 2 * 24 + 6  # 40 pads to two blocks of 32 per row
+    assert storage_bytes(parse_spec("nvfp4"), (4, 64)) == 128 + 16 + 4  # E4M3 per 16, a float32 tensor scale

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -71,10 +71,13 @@ class Element:
 
 ELEMENTS = {e.name: e for e in (
     Element("e4m3", 8, 4, 3, 448.0), Element("e5m2", 8, 5, 2, 57344.0), Element("e2m3", 6, 2, 3, 7.5),
-    Element("e3m2", 6, 3, 2, 28.0), Element("e2m1", 4, 2, 1, 6.0), Element("int8", 8), Element("int4", 4))}
-"""The element encodings: OCP FP8 (E4M3FN, E5M2), the MX FP6 and FP4 elements, and signed integers."""
+    Element("e3m2", 6, 3, 2, 28.0), Element("e2m1", 4, 2, 1, 6.0), Element("int8", 8), Element("int4", 4),
+    Element("bf16", 16, 8, 7, float(torch.finfo(torch.bfloat16).max)),
+    Element("fp16", 16, 5, 10, float(torch.finfo(torch.float16).max)))}
+"""The element encodings: OCP FP8 (E4M3FN, E5M2), the MX FP6 and FP4 elements, signed integers, and the 16-bit
+floats a layer kept out of a low-bit format stays in."""
 
-ScaleCode = Literal["fp32", "e8m0", "e4m3"]
+ScaleCode = Literal["fp32", "e8m0", "e4m3", "none"]
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,8 @@ FORMATS = {f.name: f for f in (
     Format("mxfp8", ELEMENTS["e4m3"], "e8m0", 32), Format("mxfp8-e5m2", ELEMENTS["e5m2"], "e8m0", 32),
     Format("mxfp6", ELEMENTS["e2m3"], "e8m0", 32), Format("mxfp6-e3m2", ELEMENTS["e3m2"], "e8m0", 32),
     Format("mxfp4", ELEMENTS["e2m1"], "e8m0", 32), Format("nvfp4", ELEMENTS["e2m1"], "e4m3", 16, True),
-    Format("int8", ELEMENTS["int8"]), Format("int4", ELEMENTS["int4"]))}
+    Format("int8", ELEMENTS["int8"]), Format("int4", ELEMENTS["int4"]),
+    Format("bf16", ELEMENTS["bf16"], "none"), Format("fp16", ELEMENTS["fp16"], "none"))}
 """Every format a spec may name."""
 
 GRANULARITIES = ("tensor", "channel", "token", "head", "group", "block")
@@ -116,7 +120,7 @@ class QuantSpec:
 
     def __str__(self) -> str:
         text = self.format.name
-        if self.format.block is None:
+        if self.format.block is None and self.format.scale != "none":
             text += f"/{self.granularity}{self.size or ''}"
         if self.format.element.is_int and not self.symmetric:
             text += "/asym"
@@ -127,11 +131,32 @@ class QuantSpec:
         """Storage per element, scales included (a tensor-wide scale counted as free): what memory a weight or
         KV cache in this format takes per value."""
         fmt, element = self.format, self.format.element
+        if fmt.scale == "none":
+            return float(element.bits)
         scale_bits = {"fp32": 32, "e8m0": 8, "e4m3": 8}[fmt.scale]
         zero_bits = 0 if not element.is_int or self.symmetric else element.bits
         group = fmt.block or (self.size if self.granularity == "group" else
                               self.size * self.size if self.granularity == "block" else None)
         return element.bits + ((scale_bits + zero_bits) / group if group else 0.0)
+
+
+def storage_bytes(spec: QuantSpec, shape: Sequence[int]) -> int:
+    """Exact bytes of a tensor of `shape` stored in `spec`: packed elements (MX/NVFP4 padded to whole blocks),
+    one scale per scaled group (float32, or one byte for E8M0/E4M3 block scales, plus NVFP4's float32 tensor
+    scale) and, for asymmetric integers, one zero point per group in the element's width."""
+    fmt, element = spec.format, spec.format.element
+    numel = math.prod(shape)
+    if fmt.scale == "none":
+        return numel * element.bits // 8
+    if fmt.block is not None:
+        rows, width = (math.prod(shape[:-1]), shape[-1]) if shape else (1, 1)
+        blocks = rows * -(-width // fmt.block)
+        return -(-blocks * fmt.block * element.bits // 8) + blocks + (4 if fmt.tensor_scale else 0)
+    groups = {"tensor": 1, "channel": shape[0] if shape else 1, "token": numel // shape[-1] if shape else 1,
+              "head": shape[1] if len(shape) > 1 else 1, "group": numel // (spec.size or 1),
+              "block": numel // (spec.size or 1) ** 2}[spec.granularity]
+    zero_bits = element.bits if element.is_int and not spec.symmetric else 0
+    return -(-numel * element.bits // 8) + groups * 4 + -(-groups * zero_bits // 8)
 
 
 def parse_spec(text: str) -> QuantSpec:
@@ -155,6 +180,8 @@ def parse_spec(text: str) -> QuantSpec:
         if match is None:
             raise FormatError(f"unknown granularity '{part}' in '{text}'; one of {', '.join(GRANULARITIES)} "
                               "(group and block with a size: group128, block128), or sym/asym")
+        if fmt.scale == "none":
+            raise FormatError(f"'{text}': {fmt.name} is a plain 16-bit float and takes no granularity")
         if fmt.block is not None:
             raise FormatError(f"'{text}': {fmt.name} scales fixed blocks of {fmt.block} along the last dim and "
                               "takes no granularity")
@@ -181,7 +208,9 @@ def fake_quantize(x: torch.Tensor, spec: QuantSpec | str) -> torch.Tensor:
     spec = parse_spec(spec) if isinstance(spec, str) else spec
     fmt = spec.format
     data = x.detach().to(torch.float32)
-    if fmt.scale == "e8m0":
+    if fmt.scale == "none":  # a plain 16-bit float: the cast itself
+        out = round_element(data, fmt.element)
+    elif fmt.scale == "e8m0":
         out = _mx(data, fmt)
     elif fmt.scale == "e4m3":
         out = _nvfp4(data, fmt)

@@ -1,0 +1,123 @@
+"""Sensitivity: which layers and tensor kinds can take which format, measured one at a time on the model's output.
+
+`layer_sensitivity` stores one Linear's weight (or input) in one format at a time, everything else as it was, and
+measures the output against the unquantized model's: SQNR (dB), the KL divergence of the output distributions
+(the logits' softmax over the last dim), the largest absolute error, and a task metric when an `evaluate` is
+given (held-out perplexity, top-1). `tensor_sensitivity` does the same per tensor kind over the whole model (all
+weights, all Linear inputs, the KV cache, the Q·Kᵀ operands, the softmax output). Layers are changed in place and
+restored, so a scan costs one forward per layer and format and no copies of the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from workbench.backends.numerics import compare_outputs
+from workbench.quant.formats import QuantSpec, fake_quantize, parse_spec
+from workbench.quant.recipe import quantized
+
+Evaluate = Callable[[Callable[..., torch.Tensor]], float]
+"""A task metric of a model (called with the forward to use): held-out perplexity, top-1."""
+
+TENSOR_KINDS = ("linear.weight", "linear.input", "kv", "q", "p")
+"""The tensor kinds `tensor_sensitivity` scans, as recipe targets."""
+
+
+def linear_layers(model: nn.Module) -> list[tuple[str, nn.Linear]]:
+    """The model's Linears by qualified name, in module order."""
+    return [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+
+
+def kl_divergence(reference: torch.Tensor, candidate: torch.Tensor) -> float:
+    """Mean over positions of KL(softmax(reference) ‖ softmax(candidate)) along the last dim, in nats."""
+    ref = F.log_softmax(reference.detach().double(), dim=-1)
+    cand = F.log_softmax(candidate.detach().double(), dim=-1)
+    return float(F.kl_div(cand.flatten(0, -2), ref.flatten(0, -2), log_target=True, reduction="batchmean"))
+
+
+def output_error(reference: torch.Tensor, candidate: torch.Tensor) -> dict[str, float]:
+    """SQNR (dB), KL divergence of the output distributions and the largest absolute error."""
+    numerics = compare_outputs(reference, candidate)
+    return {"sqnr_db": numerics.sqnr_db, "kl": kl_divergence(reference, candidate),
+            "max_abs_error": numerics.max_abs_error}
+
+
+def layer_sensitivity(model: nn.Module, inputs: Sequence[Any], formats: Sequence[str], *, tensor: str = "weight",
+                      evaluate: Evaluate | None = None,
+                      progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+    """One row per Linear × format: | layer | format | params | bits | sqnr_db | kl | max_abs_error | metric |
+    metric_delta | rank |, `rank` 1 for the layer whose quantization hurts the output most (lowest SQNR) within
+    its format. `tensor` is "weight" or "input"; `progress(done, total)` follows the scan."""
+    specs = [parse_spec(f) for f in formats]
+    layers = linear_layers(model)
+    model.eval()
+    with torch.no_grad():
+        reference = model(*inputs)
+        base_metric = evaluate(model) if evaluate else None
+        rows, total = [], len(layers) * len(specs)
+        for name, layer in layers:
+            for spec in specs:
+                with _one_layer(layer, tensor, spec):
+                    error = output_error(reference, model(*inputs))
+                    metric = evaluate(model) if evaluate else None
+                rows.append({"layer": name, "format": str(spec), "params": layer.weight.numel(),
+                             "bits": spec.bits_per_value, **error, "metric": metric,
+                             "metric_delta": None if metric is None else metric - base_metric})
+                if progress:
+                    progress(len(rows), total)
+    table = pd.DataFrame(rows)
+    table["rank"] = table.groupby("format")["sqnr_db"].rank(method="first").astype(int)
+    return table
+
+
+def tensor_sensitivity(model: nn.Module, inputs: Sequence[Any], formats: Sequence[str], *,
+                       kinds: Sequence[str] = TENSOR_KINDS, evaluate: Evaluate | None = None) -> pd.DataFrame:
+    """One row per tensor kind × format, that kind quantized across the whole model: | tensor | format | bits |
+    sqnr_db | kl | max_abs_error | metric | metric_delta | reached |; `reached` counts what the rule quantized
+    (0 for attention the model does not compute with SDPA: no figure is given then)."""
+    model.eval()
+    rows = []
+    with torch.no_grad():
+        reference = model(*inputs)
+        base_metric = evaluate(model) if evaluate else None
+        for kind in kinds:
+            for fmt in formats:
+                spec = parse_spec(fmt)
+                q = quantized(model, f"{kind}={spec}")
+                out = q(*inputs)
+                reached = sum(q.reached.values())
+                error = output_error(reference, out) if reached else dict.fromkeys(("sqnr_db", "kl", "max_abs_error"),
+                                                                                   np.nan)
+                metric = evaluate(q) if evaluate and reached else None
+                rows.append({"tensor": kind, "format": str(spec), "bits": spec.bits_per_value, **error,
+                             "metric": metric, "metric_delta": None if metric is None else metric - base_metric,
+                             "reached": reached})
+    return pd.DataFrame(rows)
+
+
+@contextmanager
+def _one_layer(layer: nn.Linear, tensor: str, spec: QuantSpec) -> Iterator[None]:
+    """Inside: `layer`'s weight stored in `spec` (or its input rounded to it); restored on the way out."""
+    if tensor == "weight":
+        original = layer.weight.detach().clone()
+        layer.weight.copy_(fake_quantize(original, spec))
+        try:
+            yield
+        finally:
+            layer.weight.copy_(original)
+        return
+    if tensor != "input":
+        raise ValueError(f"tensor must be 'weight' or 'input', not {tensor!r}")
+    handle = layer.register_forward_pre_hook(lambda _m, args: (fake_quantize(args[0], spec), *args[1:]))
+    try:
+        yield
+    finally:
+        handle.remove()
