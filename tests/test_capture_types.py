@@ -26,7 +26,8 @@ def test_the_committed_type_is_up_to_date(tmp_path):
 def test_every_capture_option_is_an_optional_typed_field():
     declared = dict(re.findall(r"^  (\w+)\?: (.+);$", COMMITTED.read_text(encoding="utf-8"), re.MULTILINE))
     assert list(declared) == [field.key for field in capture_fields()]
-    assert declared["batch"] == "number" and declared["seq"] == "number | null"
+    assert declared["batch"] == "number | number[]" and declared["seq"] == "number | number[] | null"  # sweeps
+    assert declared["iterations"] == "number"
     assert declared["variants"] == "string[]" and declared["profile"] == "boolean"
     assert declared["overrides"] == "{ [key: string]: unknown }" and declared["kernel_name"] == "string | null"
 

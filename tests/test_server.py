@@ -95,7 +95,8 @@ def test_list_runs_and_experiments(api, traces, tmp_path, jp_root_dir):
     assert rows.keys() == {"run-eager", "run-int8"}
     assert rows["run-int8"] | {"created": None} == {
         "run": "run-int8", "model": "mlp", "variant": "int8", "device": "cuda:0", "status": "ok", "p50_ms": 1.0,
-        "experiment": "exp-1", "created": None, "batch": None, "file": None, "noise": None}
+        "experiment": "exp-1", "created": None, "batch": None, "seq": None, "name": "int8", "file": None,
+        "noise": None}
     (experiment,) = listing["experiments"]
     assert experiment["experiment"] == "exp-1"
     assert experiment["runs"] == ["run-eager", "run-int8"]
@@ -122,6 +123,23 @@ def test_summary_dashboard_and_compare(api, traces, tmp_path):
     compared = api.ok("POST", "compare", {"runs": ["a", "b"]})
     assert compared["runs"] == ["a", "b"]
     assert compared["item"]["doc"]["roots"]
+
+
+def test_compare_against_a_chosen_baseline(api, traces, tmp_path):
+    make_run(traces, "a", tmp_path, "eager", 2.0)
+    make_run(traces, "b", tmp_path, "int8", 1.0)
+    make_run(traces, "c", tmp_path, "bf16", 1.5)
+    # without a baseline the reference variant (eager) is the baseline; with one, the run it names
+    default = api.ok("POST", "compare", {"runs": ["b", "a", "c"]})
+    assert default["baseline"] is None
+    assert "compared against eager" in json.dumps(default["item"])
+    chosen = api.ok("POST", "compare", {"runs": ["b", "a", "c"], "baseline": "c", "width": 900})
+    assert chosen["baseline"] == "c"
+    drawn = json.dumps(chosen["item"])
+    assert "compared against bf16" in drawn and "compared against eager" not in drawn
+    for baseline in ("d", 1, ["c"]):
+        code, reply = api.call("POST", "compare", {"runs": ["a", "b"], "baseline": baseline})
+        assert code == 400 and "baseline: expected one of the compared runs (a, b)" in reply["message"]
 
 
 def test_views_add_what_the_kind_of_runs_adds(api, traces, tmp_path):
@@ -245,6 +263,12 @@ def test_a_symlink_out_of_the_root_is_refused(api, traces, tmp_path):
     ({"model": "mlp", "batch": "4"}, "batch: expected an integer"),
     ({"model": "mlp", "batch": True}, "batch: expected an integer"),
     ({"model": "mlp", "batch": 0}, "--batch"),
+    ({"model": "mlp", "batch": [1, 0]}, "batch (--batch): must be at least 1, got 0"),
+    ({"model": "mlp", "batch": [1, "8"]}, "batch: expected an integer or a list of integers"),
+    ({"model": "mlp", "batch": []}, "batch: expected an integer or a non-empty list"),
+    ({"model": "mlp", "batch": [2, 2]}, "batch value(s) listed more than once: 2"),
+    ({"model": "mlp", "batch": [1, MAX_BATCH + 1]}, f"batch: must be at most {MAX_BATCH}"),
+    ({"model": "mlp", "iterations": [1, 2]}, "iterations: expected an integer"),
     ({"model": "mlp", "profile": "yes"}, "profile: expected true or false"),
     ({"model": "mlp", "variants": []}, "variants: expected a non-empty list"),
     ({"model": "mlp", "overrides": ["layers=2"]}, "overrides: expected an object"),
@@ -266,6 +290,10 @@ def test_capture_args_follow_the_cli_options():
     assert args == ["--model", "mlp", "--variants", "eager,int8", "--batch", "2", "--no-profile", "--with-stack",
                     "--set", "hidden=64", "--set", 'act="relu"']
     assert capture_args({"model": "mlp"}) == ["--model", "mlp"]
+    # a list of sizes is a sweep, as the CLI's comma list; one value in a list is that value
+    assert capture_args({"model": "tiny-gpt", "batch": [1, 8, 32], "seq": [16, 8]}) == [
+        "--model", "tiny-gpt", "--batch", "1,8,32", "--seq", "16,8"]
+    assert capture_args({"model": "mlp", "batch": [4]}) == ["--model", "mlp", "--batch", "4"]
     with pytest.raises(CaptureRequestError, match="model: required"):
         capture_args({})
     with pytest.raises(CaptureRequestError, match="iterations"):
@@ -279,7 +307,8 @@ def test_capture_options_describe_every_job_key(api):
         assert key in fields
     assert fields["batch"] | {"choices": None} == {"key": "batch", "type": "integer", "nullable": False, "default": 4,
                                                   "minimum": 1, "maximum": MAX_BATCH, "choices": None,
-                                                  "flag": "--batch"}
+                                                  "flag": "--batch", "sweep": True}
+    assert fields["seq"]["sweep"] and not fields["iterations"]["sweep"]
     assert fields["seq"]["nullable"] and fields["seq"]["default"] is None
     assert fields["profiler"]["choices"] == profilers() == [p["name"] for p in options["profilers"]]
     assert fields["variants"]["choices"] == list_variants() == [v["name"] for v in options["variants"]]

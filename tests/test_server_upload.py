@@ -19,7 +19,8 @@ from conftest import payload_trace, write_trace
 from pytest_jupyter.jupyter_server import *  # noqa: F403
 from server_api import Api, is_finished, make_run, server_config
 
-from workbench.trace.store.bundle import list_bundles
+from workbench.trace import read_trace
+from workbench.trace.store.bundle import list_bundles, write_bundle
 
 UPLOAD_LIMIT_MB = 1
 
@@ -87,6 +88,23 @@ def test_query_runs_and_errors(api, traces, tmp_path):
         code, error = api.call("POST", "query", body)
         assert (code, words in error["message"]) == (status, True), error
         assert "\n" not in error["message"]
+
+
+def test_query_names_the_runs_it_covered(api, traces, tmp_path):
+    make_run(traces, "a", tmp_path, "eager", 2.0)
+    make_run(traces, "b", tmp_path, "int8", 1.0)
+    trace = read_trace(payload_trace(tmp_path / "sweep.json"))
+    write_bundle(traces, "s", {"model": {"name": "tiny-gpt"}, "variant": {"name": "eager"}, "batch": 8, "seq": 16,
+                               "label": "eager-b8"}, trace)
+    sql = "SELECT run, count(*) AS n FROM events GROUP BY run ORDER BY run"
+    every = api.ok("POST", "query", {"sql": sql})
+    assert [(row["run"], row["name"], row["batch"], row["seq"]) for row in every["runs"]] == [
+        ("a", "eager", None, None), ("b", "int8", None, None), ("s", "eager-b8", 8, 16)]
+    assert [row[0] for row in every["rows"]] == ["a", "b", "s"]
+    chosen = api.ok("POST", "query", {"sql": sql, "runs": ["s", "b"]})
+    assert [(row["run"], row["model"], row["name"]) for row in chosen["runs"]] == [("s", "tiny-gpt", "eager-b8"),
+                                                                                   ("b", "mlp", "int8")]
+    assert [row[0] for row in chosen["rows"]] == ["b", "s"]
 
 
 # --- uploads and imports -----------------------------------------------------------------------------------------

@@ -79,8 +79,8 @@ return {{texts, tables, plots, headers}};
     # the kernel deltas drawn equal the raw files' figures
     (base_count, base_time), (test_count, test_time) = (raw_figures(fixture_path("kineto", f"{name}.json.gz"))
                                                         ["kernel"] for name in NAMES)
-    kernels = next(t for t in seen["tables"] if "delta_ms" in t and "name" in t and any(n in base_count or n in test_count
-                                                                        for n in t["name"]))
+    kernels = next(t for t in seen["tables"] if "delta_ms" in t and "name" in t
+                   and any(n in base_count or n in test_count for n in t["name"]))
     assert kernels["name"]
     for k, name in enumerate(kernels["name"]):
         assert kernels["count_a"][k] == base_count.get(name, 0) and kernels["count_b"][k] == test_count.get(name, 0)

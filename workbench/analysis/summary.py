@@ -13,7 +13,7 @@ from workbench.serving.steps import steps_summary
 from workbench.serving.summary import serving_summary
 from workbench.trace.schema import PHASE_MEASURE
 from workbench.trace.store.bundle import Bundle
-from workbench.trace.store.records import RunInfo, as_run_info
+from workbench.trace.store.records import RunInfo, as_run_info, display_name
 
 LATENCY_KEYS = ("p50", "p90", "p99", "mean", "std", "min", "max")
 
@@ -125,8 +125,9 @@ def _records(table) -> list[dict[str, Any]]:
 
 def run_row(run_id: str, info: RunInfo | Mapping[str, Any]) -> dict[str, Any]:
     """One run's line in listings (`workbench ls`, the server's `GET runs`): its id, what ran where,
-    its status, median latency, experiment and creation time; its batch, the file an import came from
-    (`file`, its name only) and why its latency samples are noisy (`noise`, `workbench.analysis.noise`; None
+    its status, median latency, experiment and creation time; its batch and sequence length, its display name
+    (`name`: a sweep's label "eager-b4", the variant, an import's file less its suffix), the file an import came
+    from (`file`, its name only) and why its latency samples are noisy (`noise`, `workbench.analysis.noise`; None
     when they are not, or cannot be judged)."""
     record = as_run_info(info)
     return {
@@ -139,6 +140,8 @@ def run_row(run_id: str, info: RunInfo | Mapping[str, Any]) -> dict[str, Any]:
         "experiment": record.experiment,
         "created": record.created or "",
         "batch": record.batch,
+        "seq": record.seq,
+        "name": display_name(record),
         "file": PurePath(record.imported_from).name if record.imported_from else None,
         "noise": noise_reason(record.benchmark),
     }

@@ -42,7 +42,8 @@ class CaptureField:
     object); `nullable` whether null is a value of its own (null always leaves the default); `path` the
     settings field it sets (`("profile_settings", "active_steps")` for a profile field); `inverted` that the
     option is the negation of that boolean field; `minimum`/`maximum` its bounds, `choices` the registered
-    names it (or each of its items) must be one of."""
+    names it (or each of its items) must be one of; `sweep` that the integer option also takes a list of
+    distinct values, a sweep (`batch`, `seq`: `--batch 1,8,32`)."""
 
     key: str
     type: str
@@ -53,6 +54,7 @@ class CaptureField:
     minimum: int | None = None
     maximum: int | None = None
     choices: tuple[str, ...] | None = None
+    sweep: bool = False
 
     @property
     def flag(self) -> str:
@@ -133,24 +135,34 @@ def _described(cls: type) -> list[tuple[dataclasses.Field, Any, Any]]:
 
 def _field(key: str, hint: Any, default: Any, path: tuple[str, ...], inverted: bool) -> CaptureField:
     json_type, nullable = json_type_of(hint)
+    sweep = is_sweep(hint)
     if isinstance(default, tuple):
         default = list(default)
     elif isinstance(default, Mapping):
         default = dict(default)
     return CaptureField(key=key, type=json_type, nullable=nullable, default=default, path=path, inverted=inverted,
-                        minimum=SETTING_MINIMUMS.get(key), maximum=SETTING_LIMITS.get(key))
+                        minimum=SETTING_MINIMUMS.get(key), maximum=SETTING_LIMITS.get(key), sweep=sweep)
+
+
+def is_sweep(hint: Any) -> bool:
+    """Whether a settings annotation is a sweepable size, `int | tuple[int, ...]` (optionally `| None`): one
+    value, or several that make a sweep."""
+    if typing.get_origin(hint) not in (typing.Union, types.UnionType):
+        return False
+    inner = [a for a in typing.get_args(hint) if a is not type(None)]
+    return len(inner) == 2 and inner[0] is int and inner[1] == tuple[int, ...]
 
 
 def json_type_of(hint: Any) -> tuple[str, bool]:
     """The JSON type of a settings annotation and whether it admits None: `int | None` -> ("integer", True),
     `tuple[str, ...]` -> ("array", False). A sweepable size, `int | tuple[int, ...]` (`ExperimentSettings.batch`),
-    is "integer": a capture request gives one value, as the panel's form does; sweeps come from the CLI and
-    the notebook. An annotation with no JSON form raises TypeError, so a new setting
-    of such a type is noticed here rather than sent as something else."""
+    is "integer": its field is marked `sweep` (`is_sweep`), and a request gives one value or a list of them. An
+    annotation with no JSON form raises TypeError, so a new setting of such a type is noticed here rather than
+    sent as something else."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
-        if len(inner) == 2 and tuple[inner[0], ...] == inner[1]:  # a size or a sweep of sizes: a request takes one
+        if len(inner) == 2 and tuple[inner[0], ...] == inner[1]:  # a size or a sweep of sizes (`is_sweep`)
             inner = inner[:1]
         if len(inner) == 1:
             return json_type_of(inner[0])[0], type(None) in args

@@ -3,11 +3,13 @@
     {"model": "mlp", "variants": ["eager", "int8"], "batch": 2, "iterations": 10, "profile": false,
      "overrides": {"hidden": 64}}   ->   --model mlp --variants eager,int8 --batch 2 --iterations 10
                                          --no-profile --set hidden=64
+    {"model": "mlp", "batch": [1, 8, 32]}   ->   --model mlp --batch 1,8,32   (a sweep, as the CLI's)
 
 Keys are the capture command's parameter names, one per setting (`capture_fields`, derived from the
 settings dataclasses); where the server decides (traces root, output format, report file) there is no key,
 and any other key is refused. `model` is required (an empty body is no request for the CLI's default
-capture). Values keep their JSON types: an integer option takes a JSON integer, a flag `true`/`false`,
+capture). Values keep their JSON types: an integer option takes a JSON integer (a sweepable size, `batch` or
+`seq`, also a list of distinct ones: a sweep), a flag `true`/`false`,
 `null` leaves the CLI's default. Numbers are bounded by `workbench.limits`; the model must pass the server's
 `ModelPolicy`; the settings they make must pass the checks a capture makes before it runs (the settings'
 own, known variants, a device name, a usable profiler), and more, since a job's failures would be written as
@@ -63,10 +65,14 @@ def capture_args(body: Any, policy: ModelPolicy | None = None) -> list[str]:
             args += _set_args(value)
         elif key == "variants" and isinstance(value, list):
             args += _option_args(field, _joined_variants(value))
+        elif field.sweep and isinstance(value, list):
+            args += [field.flag, _joined_sizes(field, value)]
+            value = tuple(value)
         else:
             args += _option_args(field, model if key == "model" else value)
         values[key] = _variant_names(value) if key == "variants" else value
-    check_limits(body)
+    check_limits({key: max(value) if fields[key].sweep and isinstance(value, tuple) else value  # a sweep's largest
+                  for key, value in values.items()})
     _check_settings({**values, "model": model})
     return args
 
@@ -101,6 +107,7 @@ def _check_settings(values: Mapping[str, Any]) -> None:
     from workbench.experiment import ExperimentSettings
     from workbench.profiling.registry import check_profiler
     from workbench.profiling.settings import ProfileSettings
+    from workbench.shapes import as_values
 
     top: dict[str, Any] = {}
     profile: dict[str, Any] = {}
@@ -113,7 +120,7 @@ def _check_settings(values: Mapping[str, Any]) -> None:
         check_device(settings.device)
         check_profiler(settings.profiler, settings.device, settings.profile)
         for name in settings.variants:
-            get_variant(name, settings.batch, settings.device)
+            get_variant(name, as_values(settings.batch)[0], settings.device)
     except WorkbenchError as exc:
         raise CaptureRequestError(str(exc)) from exc
 
@@ -169,6 +176,20 @@ def _joined_variants(value: list[Any]) -> str:
     if not value or not all(isinstance(v, str) and v and "," not in v for v in value):
         raise CaptureRequestError(f"variants: expected a non-empty list of variant names, got {value!r}")
     return ",".join(value)
+
+
+def _joined_sizes(field: CaptureField, value: list[Any]) -> str:
+    """A JSON list of sizes (a sweep: `"batch": [1, 8, 32]`) as the CLI's comma-separated `--batch 1,8,32`; each
+    an integer of at least the field's minimum (the settings refuse repeated values, the limits large ones)."""
+    if not value:
+        raise CaptureRequestError(f"{field.key}: expected an integer or a non-empty list of integers, got []")
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise CaptureRequestError(f"{field.key}: expected an integer or a list of integers, got {item!r:.200} "
+                                      "in the list")
+        if field.minimum is not None and item < field.minimum:
+            raise CaptureRequestError(f"{field.key} ({field.flag}): must be at least {field.minimum}, got {item!r}")
+    return ",".join(map(str, value))
 
 
 def _set_args(value: Any) -> list[str]:

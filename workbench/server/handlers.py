@@ -6,8 +6,10 @@
     GET    runs/<id>/dashboard  {"run", "item"}: Bokeh `json_item` of the run's dashboard (`?width=N` pixels),
                                 after the views its kind adds (a generation run's)
     DELETE runs/<id>            delete the run (`workbench rm`); for a link to a run, the link only
-    POST   compare              {"runs": [ids], "width"?: N} -> {"runs", "item"}: json_item of their comparison,
-                                after the views their kind adds (generation runs, the ranks of a job)
+    POST   compare              {"runs": [ids], "width"?: N, "baseline"?: id} -> {"runs", "baseline", "item"}:
+                                json_item of their comparison (against `baseline`, one of `runs`; without it the
+                                reference variant when one ran it, else the first run), after the views their kind
+                                adds (generation runs, the ranks of a job)
     GET    jobs                 every capture job, oldest first
     POST   jobs                 capture options (see `capture_request`) -> 202 and the job's status; checked before
                                 it is queued (400, nothing written: a device this machine lacks, a value like an
@@ -296,23 +298,26 @@ class DashboardHandler(WorkbenchHandler):
 class CompareHandler(WorkbenchHandler):
     @tornado.web.authenticated
     async def post(self) -> None:
-        """The comparison of two or more runs, `{"runs": [ids], "width": pixels}`, as a Bokeh json_item, after the
-        views their kind adds (`views.run_kinds`: the ranks view of a job's ranks; alone for a large job)."""
+        """The comparison of two or more runs, `{"runs": [ids], "width": pixels, "baseline": id}`, as a Bokeh
+        json_item, after the views their kind adds (`views.run_kinds`: the ranks view of a job's ranks; alone for a
+        large job)."""
         from workbench.views.experiments import experiments_view
         from workbench.views.run_kinds import runs_layout
 
-        body = self.body_object(("runs", "width"))
-        ids = body.get("runs")
+        body = self.body_object(("runs", "width", "baseline"))
+        ids, baseline = body.get("runs"), body.get("baseline")
         if not isinstance(ids, list) or len(ids) < 2 or not all(isinstance(i, str) for i in ids):
             raise ApiError(400, f"runs: expected a list of two or more run ids, got {ids!r}")
         if len(set(ids)) < len(ids):
             raise ApiError(400, f"runs: a run is named more than once in {ids!r}")
+        if baseline is not None and baseline not in ids:
+            raise ApiError(400, f"baseline: expected one of the compared runs ({', '.join(ids)}), got {baseline!r}")
         sized = _sized(body.get("width"))
         bundles = [self.open_run(run_id) for run_id in ids]
         # a job's ranks at a URL are read where they lie (`views.run_kinds`): only local runs are read here
         _check_fits([bundle for bundle in bundles if remote_bundle(bundle.path) is None])
-        self.reply({"runs": ids, "item": await self.in_thread(
-            lambda: _item(runs_layout(lambda: experiments_view(bundles, **sized), bundles, "compare", **sized)))})
+        self.reply({"runs": ids, "baseline": baseline, "item": await self.in_thread(lambda: _item(runs_layout(
+            lambda: experiments_view(bundles, baseline=baseline, **sized), bundles, "compare", **sized)))})
 
 
 def _check_fits(bundles: list[Bundle]) -> None:

@@ -1,7 +1,8 @@
 """The panel's routes for managing runs and querying them, under `<base_url>/workbench/api/`:
 
-    POST   query               {"sql", "runs"?: [ids], "limit"?: N} -> {"columns", "types", "rows", "truncated"}:
-                               one read-only SELECT over the runs (all of the traces root without `runs`), as
+    POST   query               {"sql", "runs"?: [ids], "limit"?: N} -> {"columns", "types", "rows", "truncated",
+                               "runs"}: one read-only SELECT over the runs (all of the traces root without `runs`;
+                               the reply's `runs` are the rows of `GET runs` of those it covered), as
                                `workbench query` runs it (`workbench.analysis.sql`: its own process, the same time
                                and memory limits, DuckDB's settings and catalog functions refused); 400 with the
                                one-line error
@@ -36,6 +37,7 @@ from typing import IO, Any
 import tornado.web
 
 from workbench.analysis.sql import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, MAX_LIMIT, QueryError, run_query
+from workbench.analysis.summary import run_row
 from workbench.errors import is_disk_full
 from workbench.server.handlers import ApiError, WorkbenchHandler
 from workbench.server.jobs import QueueFull
@@ -76,9 +78,10 @@ class QueryHandler(WorkbenchHandler):
 
 
 def _query(root: Path, bundles: list[Any] | None, sql: str, limit: int) -> dict[str, Any]:
-    result = run_query(list_bundles(root) if bundles is None else bundles, sql, limit=limit,
-                       timeout_s=DEFAULT_TIMEOUT_S)
-    return result.to_json()
+    """The query's rows, and the runs it covered as `GET runs` lists them (the panel names them above the rows)."""
+    covered = list_bundles(root) if bundles is None else bundles
+    result = run_query(covered, sql, limit=limit, timeout_s=DEFAULT_TIMEOUT_S)
+    return {**result.to_json(), "runs": json_safe([run_row(bundle.run_id, bundle.info) for bundle in covered])}
 
 
 class ImportJobs(WorkbenchHandler):

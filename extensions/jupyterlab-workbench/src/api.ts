@@ -37,6 +37,10 @@ export interface IRunRow {
   created: string;
   /** The batch it ran at (null for an import). */
   batch?: number | null;
+  /** The sequence length it ran at (null for an import, or a model without a sequence axis). */
+  seq?: number | null;
+  /** Its display name: a sweep's label ("eager-b4-s128"), its variant, an import's file less its suffix. */
+  name?: string | null;
   /** The name of the file an import came from. */
   file?: string | null;
   /** Why its latency samples are noisy (`workbench.analysis.noise`); null when they are not. */
@@ -165,6 +169,8 @@ export interface IQueryResult {
   rows: unknown[][];
   /** Whether the query had more rows than the limit. */
   truncated: boolean;
+  /** The runs the query covered, as `GET runs` lists them. */
+  runs: IRunRow[];
 }
 
 /** What `workbench capture --json` prints: the job's result once it succeeded. */
@@ -190,6 +196,8 @@ export interface ICaptureField {
   choices: string[] | null;
   /** Its `workbench capture` option. */
   flag: string;
+  /** Whether a list of values is accepted too: a sweep (`batch`, `seq`). */
+  sweep?: boolean;
 }
 
 /** The reply of `GET capture/options`: what a capture form offers. */
@@ -304,15 +312,20 @@ export async function fetchDashboard(
   return reply.item;
 }
 
-/** The comparison of two or more runs laid out `width` pixels wide. */
+/**
+ * The comparison of two or more runs laid out `width` pixels wide, against `baseline` (one of them; null: the
+ * server's rule, the reference variant when one ran it, else the first run).
+ */
 export async function fetchComparison(
   runIds: string[],
-  width: number
+  width: number,
+  baseline: string | null = null
 ): Promise<IBokehItem> {
-  const reply = await requestAPI<{ item: IBokehItem }>(
-    'compare',
-    jsonBody('POST', { runs: runIds, width })
-  );
+  const body: { runs: string[]; width: number; baseline?: string } = { runs: runIds, width };
+  if (baseline !== null) {
+    body.baseline = baseline;
+  }
+  const reply = await requestAPI<{ item: IBokehItem }>('compare', jsonBody('POST', body));
   return reply.item;
 }
 

@@ -1,7 +1,8 @@
 /**
  * The capture form of the Workbench sidebar and the live status of its job.
  *
- * The form becomes a `POST jobs` body (the CLI's capture options); its choices (models, variants,
+ * The form becomes a `POST jobs` body (the CLI's capture options: Batch and Sequence take a comma list, a sweep,
+ * as `--batch 1,8,32` does, checked as they are typed); its choices (models, variants,
  * profilers, devices), bounds and placeholder defaults come from the server's `GET capture/options`,
  * which derives them from the capture settings, so the form offers what the server accepts. The job is
  * then followed (`job.ts`: polled every `POLL_MS`) until it ends, showing its current task and a progress
@@ -79,6 +80,22 @@ export function chosenProfiler(form: ICaptureForm, options: ICaptureOptions | nu
   return form.profiler || defaultText(options, 'profiler');
 }
 
+/** The bounds of an integer option in words: "from 1 to 4096". */
+function rangeText(field: ICaptureField | undefined): string {
+  const minimum = field?.minimum ?? 0;
+  const maximum = field?.maximum ?? null;
+  return maximum === null ? `from ${minimum}` : `from ${minimum} to ${maximum}`;
+}
+
+/** `text` (trimmed) as a whole number within `field`'s bounds, or null when it is none. */
+function wholeNumber(text: string, field: ICaptureField | undefined): number | null {
+  const number = Number(text);
+  const maximum = field?.maximum ?? null;
+  return /^\d+$/.test(text) && number >= (field?.minimum ?? 0) && (maximum === null || number <= maximum)
+    ? number
+    : null;
+}
+
 function integer(
   name: string,
   text: string,
@@ -92,14 +109,60 @@ function integer(
     }
     return undefined;
   }
-  const minimum = field?.minimum ?? 0;
-  const maximum = field?.maximum ?? null;
-  const number = Number(value);
-  if (!/^\d+$/.test(value) || number < minimum || (maximum !== null && number > maximum)) {
-    const range = maximum === null ? `from ${minimum}` : `from ${minimum} to ${maximum}`;
-    throw new FormError(`${name}: expected a whole number ${range}, got "${value}"`);
+  const number = wholeNumber(value, field);
+  if (number === null) {
+    throw new FormError(`${name}: expected a whole number ${rangeText(field)}, got "${value}"`);
   }
   return number;
+}
+
+/**
+ * A size (batch, sequence) as typed: one whole number, or several separated by commas (`1,8,32`), a sweep, as
+ * the CLI's `--batch 1,8,32` takes them; each within `field`'s bounds, none twice. A `FormError` names the field.
+ */
+export function sizes(
+  name: string,
+  text: string,
+  field: ICaptureField | undefined,
+  required: boolean
+): number | number[] | undefined {
+  const value = text.trim();
+  if (value === '') {
+    if (required) {
+      throw new FormError(`${name}: required`);
+    }
+    return undefined;
+  }
+  const numbers = value.split(',').map(item => wholeNumber(item.trim(), field));
+  if (numbers.some(number => number === null)) {
+    throw new FormError(
+      `${name}: expected a whole number ${rangeText(field)}, or several separated by commas for a sweep ` +
+        `(1,8,32), got "${value}"`
+    );
+  }
+  const repeated = numbers.filter((number, i) => numbers.indexOf(number) !== i);
+  if (repeated.length > 0) {
+    throw new FormError(`${name}: ${[...new Set(repeated)].join(', ')} listed more than once`);
+  }
+  return numbers.length === 1 ? numbers[0]! : (numbers as number[]);
+}
+
+/** The message of the `FormError` that reading a field throws, or null when it reads. */
+export function fieldError(read: () => unknown): string | null {
+  try {
+    read();
+    return null;
+  } catch (error) {
+    if (error instanceof FormError) {
+      return error.message;
+    }
+    throw error;
+  }
+}
+
+/** How many shapes a form's sizes make: the product of the values of each (1 for one value each). */
+export function shapeCount(...values: (number | number[] | undefined)[]): number {
+  return values.reduce<number>((count, value) => count * (Array.isArray(value) ? value.length : 1), 1);
 }
 
 /**
@@ -149,8 +212,8 @@ export function captureRequest(form: ICaptureForm, options: ICaptureOptions): IC
   const request: ICaptureRequest = {
     model,
     variants,
-    batch: integer('batch', form.batch, fields.get('batch'), true),
-    seq: integer('sequence', form.seq, fields.get('seq'), false),
+    batch: sizes('batch', form.batch, fields.get('batch'), true),
+    seq: sizes('sequence', form.seq, fields.get('seq'), false),
     iterations: integer('iterations', form.iterations, fields.get('iterations'), true),
     warmup: integer('warmup', form.warmup, fields.get('warmup'), true),
     threads: integer('threads', form.threads, fields.get('threads'), false),
@@ -188,7 +251,7 @@ export function captureRequest(form: ICaptureForm, options: ICaptureOptions): IC
  */
 export function formFromRequest(request: ICaptureRequest): ICaptureForm {
   const text = (value: unknown): string | undefined =>
-    value === null || value === undefined ? undefined : String(value);
+    value === null || value === undefined ? undefined : Array.isArray(value) ? value.join(',') : String(value);
   const variants = Array.isArray(request.variants) ? request.variants.join(',') : text(request.variants);
   const overrides = Object.entries(request.overrides ?? {})
     .map(([key, value]) => `${key}=${typeof value === 'string' ? value : JSON.stringify(value)}`)
@@ -251,6 +314,8 @@ interface IFieldProps {
   title?: string;
   /** The option it sets, for a number's bounds. */
   field?: ICaptureField;
+  /** Why its text is no value, shown under it as it is typed. */
+  error?: string | null;
 }
 
 function Field(props: IFieldProps): JSX.Element {
@@ -269,8 +334,15 @@ function Field(props: IFieldProps): JSX.Element {
         placeholder={props.placeholder}
         list={props.list}
         title={props.title}
+        aria-invalid={props.error ? true : undefined}
+        aria-describedby={props.error ? `${id}-error` : undefined}
         onChange={event => props.onChange(props.name, event.target.value)}
       />
+      {props.error ? (
+        <div id={`${id}-error`} className="jp-Workbench-fieldError" role="alert">
+          {props.error}
+        </div>
+      ) : null}
     </div>
   );
 }
@@ -384,6 +456,12 @@ export function CaptureSection(props: {
 
   const fields = options ? fieldsByKey(options) : new Map<string, ICaptureField>();
   const profiler = chosenProfiler(form, options);
+  // the sizes are checked as they are typed (a comma list is a sweep), so a slip shows before Capture
+  const batchError = fieldError(() => sizes('batch', form.batch, fields.get('batch'), true));
+  const seqError = fieldError(() => sizes('sequence', form.seq, fields.get('seq'), false));
+  const shapes = batchError || seqError ? 1 : shapeCount(
+    sizes('batch', form.batch, fields.get('batch'), true), sizes('sequence', form.seq, fields.get('seq'), false));
+  const variantCount = form.variants.split(/[\s,]+/).filter(v => v !== '').length;
 
   const change = (name: keyof ICaptureForm, value: string | boolean) =>
     setForm(current => ({ ...current, [name]: value }));
@@ -416,10 +494,19 @@ export function CaptureSection(props: {
         <Field label="Variants" name="variants" form={form} onChange={change}
           title={(options?.variants ?? []).map(v => `${v.name}: ${v.description}`).join('\n')} />
         <div className="jp-Workbench-fieldRow">
-          <Field label="Batch" name="batch" type="number" form={form} onChange={change} field={fields.get('batch')} />
-          <Field label="Sequence" name="seq" type="number" form={form} onChange={change} field={fields.get('seq')}
-            placeholder="default" title="Sequence length (tiny-gpt)" />
+          <Field label="Batch" name="batch" form={form} onChange={change} field={fields.get('batch')}
+            error={batchError} placeholder="4 or 1,8,32"
+            title="Batch size, or several separated by commas (1,8,32): a sweep, every variant at every shape" />
+          <Field label="Sequence" name="seq" form={form} onChange={change} field={fields.get('seq')}
+            error={seqError} placeholder="default"
+            title="Sequence length (tiny-gpt), or several separated by commas (128,512): a sweep" />
         </div>
+        {shapes > 1 ? (
+          <div className="jp-Workbench-sweepNote" role="status">
+            Sweep: {shapes} shapes × {variantCount} variant{variantCount === 1 ? '' : 's'} ={' '}
+            {shapes * variantCount} runs
+          </div>
+        ) : null}
         <div className="jp-Workbench-fieldRow">
           <Field label="Iterations" name="iterations" type="number" form={form} onChange={change}
             field={fields.get('iterations')} />

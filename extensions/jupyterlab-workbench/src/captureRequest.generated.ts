@@ -11,9 +11,9 @@ export interface ICaptureRequest {
   /** `--variants`, default ["eager", "bf16", "compile", "int8"] */
   variants?: string[];
   /** `--batch`, default 4, from 1 to 4096 */
-  batch?: number;
+  batch?: number | number[];
   /** `--seq`, default null, from 1 to 32768 */
-  seq?: number | null;
+  seq?: number | number[] | null;
   /** `--device`, default "cpu" */
   device?: string;
   /** `--warmup`, default 5, from 0 to 10000 */

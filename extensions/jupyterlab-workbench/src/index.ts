@@ -25,6 +25,7 @@ import { refreshIcon } from '@jupyterlab/ui-components';
 
 import { IRunRow } from './api';
 import { workbenchIcon } from './icon';
+import { IQueryShown, QueryResultView } from './queryView';
 import { runLabel } from './runs';
 import { WorkbenchSidebar } from './sidebar';
 import { BokehView, viewSource } from './view';
@@ -42,9 +43,20 @@ export namespace CommandIDs {
 /** Names of the files "Open in Workbench" is offered for: what `workbench import` reads. */
 export const TRACE_FILE = /\.(json|gz|pb|sqlite)$/i;
 
-/** A view's tab title: the run's model, variant and batch (its file for an import), or the number compared. */
-function viewTitle(runs: string[], rows: Map<string, IRunRow>): string {
-  return runs.length === 1 ? runLabel(rows.get(runs[0]), runs[0]) : `Compare ${runs.length} runs`;
+/** The id of the main-area view of `runs` (against `baseline`, which no run id can be confused with). */
+export function viewId(runs: string[], baseline: string | null): string {
+  return `workbench-view-${runs.join('+')}` + (baseline ? `@${baseline}` : '');
+}
+
+/**
+ * A view's tab title: the run's model, name and batch (its file for an import), or the number compared and the
+ * baseline chosen.
+ */
+function viewTitle(runs: string[], baseline: string | null, rows: Map<string, IRunRow>): string {
+  if (runs.length === 1) {
+    return runLabel(rows.get(runs[0]), runs[0]);
+  }
+  return `Compare ${runs.length} runs` + (baseline ? ` against ${runLabel(rows.get(baseline), baseline)}` : '');
 }
 
 /** The paths of the items selected in Lab's default file browser (found by its id, without its package). */
@@ -76,20 +88,20 @@ const plugin: JupyterFrontEndPlugin<void> = {
     /** The runs as last listed by the sidebar, for the views' titles. */
     const rows = new Map<string, IRunRow>();
 
-    /** Open (or bring forward) the dashboard of one run, or the comparison of several. */
-    const show = (runs: string[]): MainAreaWidget<BokehView> => {
-      const id = `workbench-view-${runs.join('+')}`;
+    /** Open (or bring forward) the dashboard of one run, or the comparison of several (against `baseline`). */
+    const show = (runs: string[], baseline: string | null = null): MainAreaWidget<BokehView> => {
+      const id = viewId(runs, baseline);
       const open = tracker.find(widget => widget.id === id);
       if (open) {
         shell.activateById(open.id);
         return open;
       }
-      const content = new BokehView(viewSource(runs), baseUrl);
+      const content = new BokehView(viewSource(runs, baseline), baseUrl);
       const widget = new MainAreaWidget({ content });
       widget.id = id;
       widget.addClass('jp-Workbench-viewPanel');
-      widget.title.label = viewTitle(runs, rows);
-      widget.title.caption = runs.join('\n');
+      widget.title.label = viewTitle(runs, baseline, rows);
+      widget.title.caption = runs.join('\n') + (baseline ? `\nbaseline: ${baseline}` : '');
       widget.title.icon = workbenchIcon;
       widget.title.closable = true;
       widget.toolbar.addItem(
@@ -106,9 +118,26 @@ const plugin: JupyterFrontEndPlugin<void> = {
       return widget;
     };
 
+    /** The main-area view of the latest query's result: one, reused by each query while it is open. */
+    let queryPanel: MainAreaWidget<QueryResultView> | null = null;
+    const showQuery = (shown: IQueryShown): void => {
+      if (queryPanel === null || queryPanel.isDisposed) {
+        queryPanel = new MainAreaWidget({ content: new QueryResultView() });
+        queryPanel.id = 'workbench-query-result';
+        queryPanel.title.label = 'SQL result';
+        queryPanel.title.icon = workbenchIcon;
+        queryPanel.title.closable = true;
+        shell.add(queryPanel, 'main');
+      }
+      queryPanel.content.setResult(shown);
+      queryPanel.title.caption = shown.sql;
+      shell.activateById(queryPanel.id);
+    };
+
     const sidebar = new WorkbenchSidebar({
       open: runs => runs.forEach(run => show([run])),
-      compare: runs => show(runs),
+      compare: (runs, baseline) => show(runs, baseline),
+      showQuery,
       deleted: runs =>
         tracker.forEach(widget => {
           if (widget.content.runs.some(run => runs.includes(run))) {
@@ -119,7 +148,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         rows.clear();
         listedRows.forEach(row => rows.set(row.run, row));
         tracker.forEach(widget => {
-          widget.title.label = viewTitle(widget.content.runs, rows);
+          widget.title.label = viewTitle(widget.content.runs, widget.content.source.baseline, rows);
         });
       }
     });
@@ -139,9 +168,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       execute: args => {
         const runs = (args['runs'] as string[] | undefined) ?? [];
         if (runs.length === 0) {
-          throw new Error(`${CommandIDs.show} needs {"runs": [run ids]}`);
+          throw new Error(`${CommandIDs.show} needs {"runs": [run ids], "baseline"?: run id}`);
         }
-        return show(runs);
+        return show(runs, (args['baseline'] as string | null | undefined) ?? null);
       }
     });
     commands.addCommand(CommandIDs.refresh, {
@@ -176,8 +205,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       restorer.add(sidebar, 'workbench-sidebar');
       void restorer.restore(tracker, {
         command: CommandIDs.show,
-        args: widget => ({ runs: widget.content.runs }),
-        name: widget => widget.content.runs.join('+')
+        args: widget => ({ runs: widget.content.runs, baseline: widget.content.source.baseline }),
+        name: widget => widget.id.replace(/^workbench-view-/, '')
       });
     }
     if (settingRegistry) {

@@ -1,13 +1,16 @@
 /**
  * The query box of the Workbench sidebar: one read-only SQL SELECT over the selected runs (every run when none
- * is selected), answered by `POST query` (`workbench query` on the server), its rows shown as a table.
- * Tables and examples: docs/sql.md. Every value is rendered as React text.
+ * is selected; the box names them), answered by `POST query` (`workbench query` on the server). Its rows open in
+ * the main area (`queryView.tsx`), where every column has room. Tables and examples: docs/sql.md.
  */
 
 import * as React from 'react';
 
-import { IQueryResult, runQuery } from './api';
+import { IRunRow, runQuery } from './api';
 import { ErrorNote } from './capture';
+import { errorMessage } from './job';
+import { IQueryShown } from './queryView';
+import { runLabel } from './runs';
 
 /** What the box holds at first: the kernels that took the most time. */
 export const EXAMPLE_QUERY =
@@ -17,82 +20,45 @@ export const EXAMPLE_QUERY =
 /** Most rows the panel asks for. */
 export const QUERY_LIMIT = 1000;
 
-/** A result cell as text: numbers with up to four decimals, `—` for null. */
-export function cellText(value: unknown): string {
-  if (value === null || value === undefined) {
-    return '—';
+/** Most selected runs named under the box; the rest are counted. */
+const NAMED_SELECTED = 4;
+
+/** What the query will run over, in words: the selected runs by name, or every run. */
+export function queryScope(selected: IRunRow[]): string {
+  if (selected.length === 0) {
+    return 'every run';
   }
-  if (typeof value === 'number') {
-    return Number.isInteger(value) ? value.toLocaleString('en-US') : value.toLocaleString('en-US', {
-      maximumFractionDigits: 4
-    });
-  }
-  return typeof value === 'object' ? JSON.stringify(value) : String(value);
+  const names = selected.slice(0, NAMED_SELECTED).map(row => runLabel(row, row.run));
+  const more = selected.length - names.length;
+  return `the ${selected.length} selected run${selected.length === 1 ? '' : 's'}: ${names.join(', ')}` +
+    (more > 0 ? ` and ${more} more` : '');
 }
 
-function message(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
-
-/** The result of a query as a table. */
-export function ResultTable(props: { result: IQueryResult }): JSX.Element {
-  const { result } = props;
-  const numeric = result.types.map(type => /int|float|double|decimal/.test(type));
-  return (
-    <div className="jp-Workbench-queryResult">
-      <div className="jp-Workbench-queryCount" role="status">
-        {result.rows.length} row{result.rows.length === 1 ? '' : 's'}
-        {result.truncated ? ` (the first ${result.rows.length}; there are more)` : ''}
-      </div>
-      <div className="jp-Workbench-queryScroll">
-        <table className="jp-Workbench-queryTable">
-          <thead>
-            <tr>
-              {result.columns.map((column, i) => (
-                <th key={i}>{column}</th>
-              ))}
-            </tr>
-          </thead>
-          <tbody>
-            {result.rows.map((row, r) => (
-              <tr key={r}>
-                {row.map((value, c) => (
-                  <td key={c} className={numeric[c] ? 'jp-mod-number' : undefined} title={cellText(value)}>
-                    {cellText(value)}
-                  </td>
-                ))}
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      </div>
-    </div>
-  );
-}
-
-/** The query box over `runIds` (every run when empty). */
-export function QuerySection(props: { runIds: string[] }): JSX.Element {
+/** The query box over the `selected` runs (every run when none); `onResult` shows a result in the main area. */
+export function QuerySection(props: { selected: IRunRow[]; onResult: (shown: IQueryShown) => void }): JSX.Element {
   const [sql, setSql] = React.useState(EXAMPLE_QUERY);
-  const [result, setResult] = React.useState<IQueryResult | null>(null);
+  const [status, setStatus] = React.useState<string | null>(null);
   const [error, setError] = React.useState<string | null>(null);
   const [running, setRunning] = React.useState(false);
+  const ids = props.selected.map(row => row.run);
 
   const run = async () => {
     setRunning(true);
     setError(null);
+    setStatus(null);
     try {
-      setResult(await runQuery(sql, props.runIds.length > 0 ? props.runIds : null, QUERY_LIMIT));
+      const result = await runQuery(sql, ids.length > 0 ? ids : null, QUERY_LIMIT);
+      props.onResult({ result, sql, scope: ids.length > 0 ? 'the selected runs' : 'every run' });
+      setStatus(`${result.rows.length}${result.truncated ? '+' : ''} row${result.rows.length === 1 ? '' : 's'} ` +
+        `over ${result.runs.length} run${result.runs.length === 1 ? '' : 's'}: shown in the main area`);
     } catch (err) {
-      setResult(null);
-      setError(message(err));
+      setError(errorMessage(err));
     } finally {
       setRunning(false);
     }
   };
 
-  const scope = props.runIds.length > 0
-    ? `${props.runIds.length} selected run${props.runIds.length === 1 ? '' : 's'}`
-    : 'every run';
+  const scope = queryScope(props.selected);
   return (
     <section className="jp-Workbench-query" aria-label="Query">
       <textarea
@@ -118,10 +84,12 @@ export function QuerySection(props: { runIds: string[] }): JSX.Element {
         >
           {running ? 'Running…' : 'Run query'}
         </button>
-        <span className="jp-Workbench-queryScope">over {scope}</span>
+      </div>
+      <div className="jp-Workbench-queryScope" title={props.selected.map(row => runLabel(row, row.run)).join('\n')}>
+        Over {scope} (select runs in the list above to narrow it)
       </div>
       <ErrorNote text={error} />
-      {result ? <ResultTable result={result} /> : null}
+      {status ? <div className="jp-Workbench-queryCount" role="status">{status}</div> : null}
     </section>
   );
 }

@@ -26,20 +26,38 @@ export function shortTime(created: string | null | undefined): string {
 }
 
 /**
- * How a run is named in a tab: model, variant and batch (`tiny-gpt · eager · b4`), the file of an import,
- * else its id.
+ * How a run is named in the list: its display name from the server (a sweep's label with the sizes it ran at,
+ * `eager-b8-s128`; the variant; an import's file less its suffix), else its variant, file or id.
+ */
+export function runName(row: IRunRow): string {
+  return row.name || row.variant || row.file || row.run;
+}
+
+/**
+ * How a run is named in a tab and above a query's rows: model and name, with the batch when the name does not
+ * carry it (`tiny-gpt · eager · b4`, `tiny-gpt · eager-b8`); an import's name; else its id.
  */
 export function runLabel(row: IRunRow | undefined, runId: string): string {
   if (!row) {
     return runId;
   }
-  const parts = [row.model, row.variant, row.batch ? `b${row.batch}` : null].filter(
-    (part): part is string => !!part
-  );
-  if (parts.length > 0) {
-    return parts.join(' · ');
+  const name = runName(row);
+  if (!row.model) {
+    return name;
   }
-  return row.file ?? row.run;
+  const sized = !!row.name && row.name !== row.variant; // a sweep's label names its sizes
+  return [row.model, name, !sized && row.batch ? `b${row.batch}` : null]
+    .filter((part): part is string => !!part)
+    .join(' · ');
+}
+
+/** A run's tooltip: its full name and id, what ran (model, variant, batch, sequence) or the file it came from, where. */
+export function runTooltip(row: IRunRow): string {
+  const sizes = [row.batch ? `batch ${row.batch}` : '', row.seq ? `sequence ${row.seq}` : ''].filter(s => s !== '');
+  const what = row.file
+    ? `imported from ${row.file}`
+    : [row.model, row.variant, ...sizes].filter(part => !!part).join(' · ');
+  return [runName(row), `run ${row.run}`, `${what} on ${row.device ?? '?'}`].join('\n');
 }
 
 /** A median latency for the list: three significant digits. */
@@ -98,11 +116,7 @@ function RunItem(props: IRunsProps & { row: IRunRow }): JSX.Element {
   const checked = props.selected.has(row.run);
   const status = row.status ?? 'unknown';
   return (
-    <li
-      className={'jp-Workbench-run' + (checked ? ' jp-mod-selected' : '')}
-      data-run={row.run}
-      title={`${row.run}\n${row.file ? `imported from ${row.file}` : `${row.model ?? ''} ${row.variant ?? ''}`} on ${row.device ?? '?'}`}
-    >
+    <li className={'jp-Workbench-run' + (checked ? ' jp-mod-selected' : '')} data-run={row.run} title={runTooltip(row)}>
       <input
         type="checkbox"
         checked={checked}
@@ -112,9 +126,9 @@ function RunItem(props: IRunsProps & { row: IRunRow }): JSX.Element {
       <button
         className="jp-Workbench-runName"
         onClick={() => props.onOpen([row.run])}
-        title={`Open the dashboard of ${row.run}`}
+        title={`${runTooltip(row)}\nClick to open its dashboard`}
       >
-        {row.variant ?? row.file ?? row.run}
+        {runName(row)}
       </button>
       <span className="jp-Workbench-device">{row.device ?? ''}</span>
       <span className={`jp-Workbench-status jp-mod-${status === 'ok' ? 'ok' : 'bad'}`}>{status}</span>

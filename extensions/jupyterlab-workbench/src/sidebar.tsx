@@ -13,7 +13,8 @@ import { CaptureSection, ErrorNote } from './capture';
 import { workbenchIcon } from './icon';
 import { ImportButton, ImportList, ImportTracker } from './imports';
 import { QuerySection } from './query';
-import { RunList } from './runs';
+import { IQueryShown } from './queryView';
+import { RunList, runLabel } from './runs';
 import { ServeSection } from './serve';
 
 /** How often the panel asks whether runs appeared or vanished (ms). */
@@ -23,8 +24,10 @@ export const WATCH_MS = 2000;
 export interface ISidebarActions {
   /** Open the dashboard of each run. */
   open(runIds: string[]): void;
-  /** Open the comparison of two or more runs. */
-  compare(runIds: string[]): void;
+  /** Open the comparison of two or more runs against `baseline` (one of them; null: the server's rule). */
+  compare(runIds: string[], baseline: string | null): void;
+  /** Show a query's result in the main area. */
+  showQuery(shown: IQueryShown): void;
   /** The runs were deleted: close their views. */
   deleted(runIds: string[]): void;
   /** The runs as just listed (for the titles of their views). */
@@ -52,6 +55,8 @@ function WorkbenchPanel(props: IPanelProps): JSX.Element {
   const [loading, setLoading] = React.useState(false);
   const [deleting, setDeleting] = React.useState(false);
   const [selected, setSelected] = React.useState<Set<string>>(new Set());
+  /** The baseline chosen for a comparison ('' for the server's rule). */
+  const [baseline, setBaseline] = React.useState('');
   const [dropping, setDropping] = React.useState(false);
   const listed = React.useRef(actions.listed);
   listed.current = actions.listed;
@@ -109,7 +114,9 @@ function WorkbenchPanel(props: IPanelProps): JSX.Element {
       return next;
     });
 
-  const ordered = (listing?.runs ?? []).map(row => row.run).filter(id => selected.has(id));
+  const orderedRows = (listing?.runs ?? []).filter(row => selected.has(row.run));
+  const ordered = orderedRows.map(row => row.run);
+  const against = ordered.includes(baseline) ? baseline : '';
 
   const remove = async () => {
     const ids = ordered;
@@ -228,8 +235,8 @@ function WorkbenchPanel(props: IPanelProps): JSX.Element {
           <button
             className="jp-Button jp-mod-styled"
             disabled={count < 2}
-            onClick={() => actions.compare(ordered)}
-            title="Compare the selected runs (two or more)"
+            onClick={() => actions.compare(ordered, against || null)}
+            title="Compare the selected runs (two or more) against the baseline chosen beside"
           >
             Compare
           </button>
@@ -243,6 +250,25 @@ function WorkbenchPanel(props: IPanelProps): JSX.Element {
           </button>
           <ImportButton tracker={props.imports} />
         </div>
+        {count >= 2 ? (
+          <div className="jp-Workbench-field jp-Workbench-baseline">
+            <label htmlFor="jp-Workbench-baseline">Compare against</label>
+            <select
+              id="jp-Workbench-baseline"
+              className="jp-mod-styled"
+              value={against}
+              onChange={event => setBaseline(event.target.value)}
+              title="The run the others are compared with"
+            >
+              <option value="">automatic: the reference variant (eager) if selected, else the first run</option>
+              {orderedRows.map(row => (
+                <option key={row.run} value={row.run} title={row.run}>
+                  {runLabel(row, row.run)}
+                </option>
+              ))}
+            </select>
+          </div>
+        ) : null}
         <ImportList tracker={props.imports} />
         <ErrorNote text={actionError} />
         <ErrorNote text={listError} />
@@ -268,7 +294,7 @@ function WorkbenchPanel(props: IPanelProps): JSX.Element {
       </details>
       <details className="jp-Workbench-section jp-Workbench-querySection">
         <summary>Query (SQL)</summary>
-        <QuerySection runIds={ordered} />
+        <QuerySection selected={orderedRows} onResult={actions.showQuery} />
       </details>
       {dropping ? <div className="jp-Workbench-dropNote">Drop trace files to import them</div> : null}
     </div>

@@ -28,18 +28,20 @@ export const RELAYOUT_PX = 48;
 /** Quiet time (ms) after the last resize before the layout is fetched again. */
 const RESIZE_SETTLE_MS = 350;
 
-/** What a view shows: the runs, and how to fetch their layout at a given width. */
+/** What a view shows: the runs (and the baseline of a comparison), and how to fetch their layout at a width. */
 export interface IViewSource {
   runs: string[];
+  /** The run a comparison is drawn against; null for the server's rule (and for a dashboard). */
+  baseline: string | null;
   fetch(width: number): Promise<IBokehItem>;
 }
 
-/** The source for `runs`: a dashboard for one run, a comparison for several. */
-export function viewSource(runs: string[]): IViewSource {
+/** The source for `runs`: a dashboard for one run, a comparison for several (against `baseline` when given). */
+export function viewSource(runs: string[], baseline: string | null = null): IViewSource {
   if (runs.length === 1) {
-    return { runs, fetch: width => fetchDashboard(runs[0], width) };
+    return { runs, baseline: null, fetch: width => fetchDashboard(runs[0], width) };
   }
-  return { runs, fetch: width => fetchComparison(runs, width) };
+  return { runs, baseline, fetch: width => fetchComparison(runs, width, baseline) };
 }
 
 /** A panel that draws the Bokeh layout of a `IViewSource`. */
