@@ -84,7 +84,7 @@ def experiments_view(bundles: Sequence[Bundle], reference: str = "eager", *, bas
     if not table.empty and (table["p50_ms"].notna().any() or table["sqnr_db"].notna().any()):
         parts.append(data_table(table, SUMMARY_COLUMNS, width=width, height=30 + 28 * max(len(table), 1)))
     if is_sweep(bundles):
-        parts.insert(1, sweep_view(bundles, reference, width=width))
+        parts.insert(1, sweep_view(bundles, against, width=width))  # the chosen baseline's variant, shape by shape
     if traces:
         with_traces = [b for b in bundles if b.has_trace]
         fusion = fusion_table([fusion_inputs(b) for b in with_traces])

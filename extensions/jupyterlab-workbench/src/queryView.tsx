@@ -68,10 +68,17 @@ export function sortedRows(rows: unknown[][], sort: SortOrder): unknown[][] {
     .map(item => item.row);
 }
 
-/** One CSV field (RFC 4180): null as empty, objects as JSON; quoted when it holds a quote, comma, line break or edge space. */
+/**
+ * One CSV field (RFC 4180): null as empty, objects as JSON; quoted when it holds a quote, comma, line break or edge
+ * space. A text value a spreadsheet would run as a formula (a trace name starting with =, +, -, @) gets a leading
+ * apostrophe, so opening the file runs nothing.
+ */
 export function csvField(value: unknown): string {
-  const text =
+  let text =
     value === null || value === undefined ? '' : typeof value === 'object' ? JSON.stringify(value) : String(value);
+  if (typeof value === 'string' && /^[=+\-@\t\r]/.test(text)) {
+    text = `'${text}`;
+  }
   return /[",\r\n]|^\s|\s$/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
 }
 
