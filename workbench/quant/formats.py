@@ -73,9 +73,10 @@ ELEMENTS = {e.name: e for e in (
     Element("e4m3", 8, 4, 3, 448.0), Element("e5m2", 8, 5, 2, 57344.0), Element("e2m3", 6, 2, 3, 7.5),
     Element("e3m2", 6, 3, 2, 28.0), Element("e2m1", 4, 2, 1, 6.0), Element("int8", 8), Element("int4", 4),
     Element("bf16", 16, 8, 7, float(torch.finfo(torch.bfloat16).max)),
-    Element("fp16", 16, 5, 10, float(torch.finfo(torch.float16).max)))}
+    Element("fp16", 16, 5, 10, float(torch.finfo(torch.float16).max)),
+    Element("fp32", 32, 8, 23, float(torch.finfo(torch.float32).max)))}
 """The element encodings: OCP FP8 (E4M3FN, E5M2), the MX FP6 and FP4 elements, signed integers, and the 16-bit
-floats a layer kept out of a low-bit format stays in."""
+floats a layer kept out of a low-bit format stays in (and fp32, the reference's own)."""
 
 ScaleCode = Literal["fp32", "e8m0", "e4m3", "none"]
 
@@ -98,7 +99,8 @@ FORMATS = {f.name: f for f in (
     Format("mxfp6", ELEMENTS["e2m3"], "e8m0", 32), Format("mxfp6-e3m2", ELEMENTS["e3m2"], "e8m0", 32),
     Format("mxfp4", ELEMENTS["e2m1"], "e8m0", 32), Format("nvfp4", ELEMENTS["e2m1"], "e4m3", 16, True),
     Format("int8", ELEMENTS["int8"]), Format("int4", ELEMENTS["int4"]),
-    Format("bf16", ELEMENTS["bf16"], "none"), Format("fp16", ELEMENTS["fp16"], "none"))}
+    Format("bf16", ELEMENTS["bf16"], "none"), Format("fp16", ELEMENTS["fp16"], "none"),
+    Format("fp32", ELEMENTS["fp32"], "none"))}
 """Every format a spec may name."""
 
 GRANULARITIES = ("tensor", "channel", "token", "head", "group", "block")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 from torch import nn
@@ -30,9 +31,13 @@ def layer_inputs(model: nn.Module, inputs: Sequence[Any], *, max_rows: int = MAX
     """Each Linear's input over one forward of `inputs`, as [rows, in_features] (at most `max_rows`, evenly
     spaced)."""
     seen: dict[str, torch.Tensor] = {}
-    handles = [layer.register_forward_pre_hook(
-        lambda _m, args, name=name: seen.setdefault(name, _rows(args[0], max_rows)))
-        for name, layer in linear_layers(model)]
+
+    def keep(name: str):
+        def hook(_module: nn.Module, args: tuple[Any, ...]) -> None:  # returns None: the input passes unchanged
+            seen.setdefault(name, _rows(args[0], max_rows))
+        return hook
+
+    handles = [layer.register_forward_pre_hook(keep(name)) for name, layer in linear_layers(model)]
     try:
         with torch.no_grad():
             model.eval()(*inputs)
@@ -101,3 +106,20 @@ def smoothing(model: nn.Module, inputs: Sequence[Any], *, alpha: float = 0.5, fm
                      "ratio_after": outlier_ratio(channel_absmax(smoothed_x)), "sqnr_before_db": sqnr_before,
                      "sqnr_after_db": sqnr_after, "gain_db": sqnr_after - sqnr_before})
     return pd.DataFrame(rows)
+
+
+def channel_profile(model: nn.Module, inputs: Sequence[Any], layers: Sequence[str], *,
+                    alpha: float = 0.5) -> pd.DataFrame:
+    """Per named Linear and input channel: | layer | channel | absmax | smoothed_absmax |, the channel's largest
+    |input| before and after SmoothQuant scaling (what the outlier-channel plot draws)."""
+    modules = dict(linear_layers(model))
+    frames = []
+    for name, x in layer_inputs(model, inputs).items():
+        if name not in layers:
+            continue
+        absmax = channel_absmax(x)
+        smoothed = absmax / smoothing_scales(absmax, modules[name].weight, alpha)
+        frames.append(pd.DataFrame({"layer": name, "channel": np.arange(len(absmax)), "absmax": absmax.numpy(),
+                                    "smoothed_absmax": smoothed.numpy()}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["layer", "channel", "absmax", "smoothed_absmax"])

@@ -43,12 +43,13 @@ def mixed_precision_plan(model: nn.Module, inputs: Sequence[Any], fmt: str, *, m
                          sensitivity: pd.DataFrame | None = None) -> Plan:
     """The fewest layers to keep in `keep` so that the output's SQNR is at least `min_sqnr_db` and its KL at most
     `max_kl` with every other Linear weight in `fmt` (see the module docstring). `sensitivity` is a
-    `layer_sensitivity` table holding `fmt` (computed when not given)."""
+    `layer_sensitivity` table; one is computed when it is not given or does not hold `fmt`."""
     if min_sqnr_db is None and max_kl is None:
         raise WorkbenchError("a plan needs a budget: min_sqnr_db, max_kl, or both")
-    if sensitivity is None:
+    text = str(parse_spec(fmt))
+    if sensitivity is None or text not in set(sensitivity["format"]):
         sensitivity = layer_sensitivity(model, inputs, [fmt])
-    ranked = sensitivity[sensitivity["format"] == _spec_text(fmt, sensitivity)].sort_values("sqnr_db")
+    ranked = sensitivity[sensitivity["format"] == text].sort_values("sqnr_db", na_position="first")
     order = ranked["layer"].tolist()
     with torch.no_grad():
         reference = model.eval()(*inputs)
@@ -65,10 +66,3 @@ def mixed_precision_plan(model: nn.Module, inputs: Sequence[Any], fmt: str, *, m
             return Plan(recipe, tuple(kept), met, error["sqnr_db"], error["kl"], footprint, pd.DataFrame(steps))
         kept.append(order[len(kept)])
 
-
-def _spec_text(fmt: str, sensitivity: pd.DataFrame) -> str:
-    """`fmt` as the sensitivity table spells it (its canonical spec), or a clear error when the table lacks it."""
-    text = str(parse_spec(fmt))
-    if text not in set(sensitivity["format"]):
-        raise WorkbenchError(f"the sensitivity table has no rows for {text}: scan it with that format first")
-    return text

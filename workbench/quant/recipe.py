@@ -23,7 +23,7 @@ import fnmatch
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -63,15 +63,34 @@ class Recipe:
     def __str__(self) -> str:
         return ",".join(str(rule) for rule in self.rules)
 
-    def linear(self, name: str, tensor: str) -> QuantSpec | None:
-        """The spec of Linear `name`'s `tensor` ("weight" or "input"), None when it stays as it is."""
-        chosen = [r.spec for r in self.rules if r.tensor == tensor and r.matches(name)]
+    def linear_rule(self, name: str, tensor: str) -> Rule | None:
+        """The rule deciding Linear `name`'s `tensor` ("weight" or "input"), None when it stays as it is."""
+        chosen = [r for r in self.rules if r.tensor == tensor and r.matches(name)]
         return chosen[-1] if chosen else None
 
-    def attention(self, operand: str) -> QuantSpec | None:
-        """The spec of attention operand `operand` (q, k, v, p), None when it stays as it is."""
-        chosen = [r.spec for r in self.rules if r.target == operand or (r.target == "kv" and operand in ("k", "v"))]
+    def attention_rule(self, operand: str) -> Rule | None:
+        """The rule deciding attention operand `operand` (q, k, v, p), None when it stays as it is."""
+        chosen = [r for r in self.rules if r.target == operand or (r.target == "kv" and operand in ("k", "v"))]
         return chosen[-1] if chosen else None
+
+    def linear(self, name: str, tensor: str) -> QuantSpec | None:
+        """The spec of Linear `name`'s `tensor`, None when it stays as it is."""
+        rule = self.linear_rule(name, tensor)
+        return rule.spec if rule else None
+
+    def attention(self, operand: str) -> QuantSpec | None:
+        """The spec of attention operand `operand`, None when it stays as it is."""
+        rule = self.attention_rule(operand)
+        return rule.spec if rule else None
+
+
+def rounded(x: torch.Tensor, rule: Rule, where: str) -> torch.Tensor:
+    """`x` in `rule`'s format; a tensor the format cannot store (groups that do not divide it) is an error naming
+    the recipe entry and `where` it applied."""
+    try:
+        return fake_quantize(x, rule.spec)
+    except FormatError as cannot:
+        raise FormatError(f"recipe entry '{rule}' at {where}: {cannot}") from None
 
 
 def parse_recipe(text: str) -> Recipe:
@@ -98,16 +117,18 @@ def parse_recipe(text: str) -> Recipe:
     return Recipe(tuple(rules))
 
 
-@dataclass
-class Quantized:
-    """A quantized copy of a model: call it like the model; `reached` counts what each rule quantized (Linears
-    for weight/input rules, attention calls for operand rules, the latter counted as the model runs)."""
+class Quantized(nn.Module):
+    """A quantized copy of a model, itself a module (call it like the model, evaluate it like one); `reached`
+    counts what each rule quantized (Linears for weight/input rules, attention calls for operand rules, the
+    latter counted as the model runs)."""
 
-    model: nn.Module
-    recipe: Recipe
-    reached: dict[str, int] = field(default_factory=dict)
+    def __init__(self, model: nn.Module, recipe: Recipe) -> None:
+        super().__init__()
+        self.model = model
+        self.recipe = recipe
+        self.reached: dict[str, int] = {}
 
-    def __call__(self, *args, **kwargs):
+    def forward(self, *args, **kwargs):
         with self.attention():
             return self.model(*args, **kwargs)
 
@@ -130,21 +151,21 @@ def quantized(model: nn.Module, recipe: Recipe | str) -> Quantized:
     original is left as it is. A weight or input rule that matches no Linear raises `FormatError`."""
     recipe = parse_recipe(recipe) if isinstance(recipe, str) else recipe
     copied = copy.deepcopy(model).eval()
-    result = Quantized(copied, recipe)
+    result = Quantized(copied, recipe).eval()
     for name, module in copied.named_modules():
         if not isinstance(module, nn.Linear):
             continue
         for rule in recipe.rules:
             if rule.tensor and rule.matches(name):
                 result.reached[str(rule)] = result.reached.get(str(rule), 0) + 1
-        weight = recipe.linear(name, "weight")
+        weight = recipe.linear_rule(name, "weight")
         if weight is not None:
             with torch.no_grad():
-                module.weight.copy_(fake_quantize(module.weight, weight))
-        activation = recipe.linear(name, "input")
+                module.weight.copy_(rounded(module.weight, weight, f"{name}.weight"))
+        activation = recipe.linear_rule(name, "input")
         if activation is not None:
-            module.register_forward_pre_hook(lambda _m, args, spec=activation: (fake_quantize(args[0], spec),
-                                                                                 *args[1:]))
+            module.register_forward_pre_hook(
+                lambda _m, args, rule=activation, at=f"{name}.input": (rounded(args[0], rule, at), *args[1:]))
     missing = [str(rule) for rule in recipe.rules if rule.tensor and not result.reached.get(str(rule))]
     if missing:
         raise FormatError(f"recipe rule(s) {', '.join(missing)} match no Linear of the model; its Linears: "
@@ -175,9 +196,9 @@ class _QuantizedAttention(TorchFunctionMode):
         recipe = self.q.recipe
         operands = {"q": query, "k": key, "v": value}
         for name in operands:
-            spec = recipe.attention(name)
-            if spec is not None:
-                operands[name] = fake_quantize(operands[name], spec)
+            rule = recipe.attention_rule(name)
+            if rule is not None:
+                operands[name] = rounded(operands[name], rule, f"attention {name}")
                 self._count(name)
         q, k, v = operands["q"], operands["k"], operands["v"]
         if enable_gqa and k.shape[-3] != q.shape[-3]:
@@ -192,9 +213,9 @@ class _QuantizedAttention(TorchFunctionMode):
             scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool \
                 else scores + attn_mask
         probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-        spec = recipe.attention("p")
-        if spec is not None:
-            probs = fake_quantize(probs, spec)
+        rule = recipe.attention_rule("p")
+        if rule is not None:
+            probs = rounded(probs, rule, "attention p")
             self._count("p")
         if dropout_p:
             probs = F.dropout(probs, dropout_p)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from workbench.backends.numerics import compare_outputs
-from workbench.quant.formats import QuantSpec, fake_quantize, parse_spec
+from workbench.quant.formats import FormatError, QuantSpec, fake_quantize, parse_spec
 from workbench.quant.recipe import quantized
 
 Evaluate = Callable[[Callable[..., torch.Tensor]], float]
@@ -29,6 +29,9 @@ Evaluate = Callable[[Callable[..., torch.Tensor]], float]
 
 TENSOR_KINDS = ("linear.weight", "linear.input", "kv", "q", "p")
 """The tensor kinds `tensor_sensitivity` scans, as recipe targets."""
+
+_NO_ERROR = {"sqnr_db": np.nan, "kl": np.nan, "max_abs_error": np.nan}
+"""The error figures of a combination that could not be quantized (its `note` says why)."""
 
 
 def linear_layers(model: nn.Module) -> list[tuple[str, nn.Linear]]:
@@ -54,8 +57,9 @@ def layer_sensitivity(model: nn.Module, inputs: Sequence[Any], formats: Sequence
                       evaluate: Evaluate | None = None,
                       progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
     """One row per Linear × format: | layer | format | params | bits | sqnr_db | kl | max_abs_error | metric |
-    metric_delta | rank |, `rank` 1 for the layer whose quantization hurts the output most (lowest SQNR) within
-    its format. `tensor` is "weight" or "input"; `progress(done, total)` follows the scan."""
+    metric_delta | note | rank |, `rank` 1 for the layer whose quantization hurts the output most (lowest SQNR)
+    within its format; a combination the format cannot store (a group that does not divide the layer) has no
+    figures and a `note`. `tensor` is "weight" or "input"; `progress(done, total)` follows the scan."""
     specs = [parse_spec(f) for f in formats]
     layers = linear_layers(model)
     model.eval()
@@ -65,24 +69,29 @@ def layer_sensitivity(model: nn.Module, inputs: Sequence[Any], formats: Sequence
         rows, total = [], len(layers) * len(specs)
         for name, layer in layers:
             for spec in specs:
-                with _one_layer(layer, tensor, spec):
-                    error = output_error(reference, model(*inputs))
-                    metric = evaluate(model) if evaluate else None
+                error, metric, note = _NO_ERROR, None, ""
+                try:
+                    with _one_layer(layer, tensor, spec):
+                        error = output_error(reference, model(*inputs))
+                        metric = evaluate(model) if evaluate else None
+                except FormatError as cannot:  # e.g. groups that do not divide this layer's width
+                    note = str(cannot)
                 rows.append({"layer": name, "format": str(spec), "params": layer.weight.numel(),
                              "bits": spec.bits_per_value, **error, "metric": metric,
-                             "metric_delta": None if metric is None else metric - base_metric})
+                             "metric_delta": None if metric is None else metric - base_metric, "note": note})
                 if progress:
                     progress(len(rows), total)
     table = pd.DataFrame(rows)
-    table["rank"] = table.groupby("format")["sqnr_db"].rank(method="first").astype(int)
+    table["rank"] = table.groupby("format")["sqnr_db"].rank(method="first").astype("Int64")
     return table
 
 
 def tensor_sensitivity(model: nn.Module, inputs: Sequence[Any], formats: Sequence[str], *,
                        kinds: Sequence[str] = TENSOR_KINDS, evaluate: Evaluate | None = None) -> pd.DataFrame:
     """One row per tensor kind × format, that kind quantized across the whole model: | tensor | format | bits |
-    sqnr_db | kl | max_abs_error | metric | metric_delta | reached |; `reached` counts what the rule quantized
-    (0 for attention the model does not compute with SDPA: no figure is given then)."""
+    sqnr_db | kl | max_abs_error | metric | metric_delta | reached | note |; `reached` counts what the rule
+    quantized (0 for attention the model does not compute with SDPA: no figure is given then); `note` says why a
+    combination has no figures (a group that does not divide a tensor)."""
     model.eval()
     rows = []
     with torch.no_grad():
@@ -91,15 +100,21 @@ def tensor_sensitivity(model: nn.Module, inputs: Sequence[Any], formats: Sequenc
         for kind in kinds:
             for fmt in formats:
                 spec = parse_spec(fmt)
-                q = quantized(model, f"{kind}={spec}")
-                out = q(*inputs)
-                reached = sum(q.reached.values())
-                error = output_error(reference, out) if reached else dict.fromkeys(("sqnr_db", "kl", "max_abs_error"),
-                                                                                   np.nan)
-                metric = evaluate(q) if evaluate and reached else None
+                error, metric, reached, note = _NO_ERROR, None, 0, ""
+                try:
+                    q = quantized(model, f"{kind}={spec}")
+                    out = q(*inputs)
+                    reached = sum(q.reached.values())
+                    if reached:
+                        error = output_error(reference, out)
+                        metric = evaluate(q) if evaluate else None
+                    else:
+                        note = "not reached: the model computes no such tensor through SDPA"
+                except FormatError as cannot:
+                    note = str(cannot)
                 rows.append({"tensor": kind, "format": str(spec), "bits": spec.bits_per_value, **error,
                              "metric": metric, "metric_delta": None if metric is None else metric - base_metric,
-                             "reached": reached})
+                             "reached": reached, "note": note})
     return pd.DataFrame(rows)
 
 
@@ -121,3 +136,25 @@ def _one_layer(layer: nn.Linear, tensor: str, spec: QuantSpec) -> Iterator[None]
         yield
     finally:
         handle.remove()
+
+
+def weight_error_histograms(model: nn.Module, formats: Sequence[str], *, bins: int = 41,
+                            layers: Sequence[str] | None = None) -> pd.DataFrame:
+    """Per Linear weight (or the named `layers`) and format, the histogram of its rounding error relative to the
+    tensor's largest |value|: | layer | format | left | right | count |, over one fixed range per layer so the
+    formats' histograms compare bin for bin."""
+    rows = []
+    chosen = set(layers) if layers is not None else None
+    for name, layer in linear_layers(model):
+        if chosen is not None and name not in chosen:
+            continue
+        weight = layer.weight.detach().float()
+        scale = float(weight.abs().max()) or 1.0
+        errors = {str(parse_spec(f)): ((fake_quantize(weight, f) - weight) / scale).flatten() for f in formats}
+        reach = max(float(e.abs().max()) for e in errors.values()) or 1e-12
+        edges = np.linspace(-reach, reach, bins + 1)
+        for fmt, error in errors.items():
+            counts, _ = np.histogram(error.numpy(), bins=edges)
+            rows.extend({"layer": name, "format": fmt, "left": float(edges[k]), "right": float(edges[k + 1]),
+                         "count": int(counts[k])} for k in range(bins))
+    return pd.DataFrame(rows, columns=["layer", "format", "left", "right", "count"])

@@ -1,0 +1,142 @@
+"""`workbench quant`: the quantization lab on the command line (see `workbench.quant.lab`): which layers and tensors
+can take which format, the recipes side by side, and a mixed-precision plan under an error budget."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import click
+
+from workbench.cli.options import comma_list, json_option, parse_overrides, set_option
+from workbench.cli.render import errors, print_blocks, print_json, reading_status
+from workbench.errors import WorkbenchError
+from workbench.paths import checked_output
+
+DEFAULT_FORMATS = "fp8-e4m3/channel,mxfp8,mxfp6,mxfp4,nvfp4,int8/channel,int4/group32"
+"""`--formats`' default (the lab's `DEFAULT_FORMATS`, spelled here so `--help` imports no torch)."""
+
+
+def parse_budget(text: str) -> dict[str, float]:
+    """`sqnr=30` (an SQNR floor in dB), `kl=0.01` (a KL ceiling), or both comma-separated."""
+    budget: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        key, sep, value = part.partition("=")
+        if not sep or key not in ("sqnr", "kl"):
+            raise WorkbenchError(f"--budget '{part}': give sqnr=DB (a floor) and/or kl=NATS (a ceiling), "
+                                 "e.g. --budget sqnr=30")
+        try:
+            budget[key] = float(value)
+        except ValueError:
+            raise WorkbenchError(f"--budget '{part}': {value!r} is no number") from None
+    return budget
+
+
+@click.command()
+@click.option("--model", default="tiny-gpt", show_default=True,
+              help="Any model reference: a built-in (tiny-gpt, convnet, mlp: configure with --set), hf:, "
+                   "hf-config:, torchvision:, timm:, package.module:factory.")
+@click.option("--formats", default=DEFAULT_FORMATS, show_default=True, callback=comma_list(str), metavar="LIST",
+              help="Formats of the sensitivity scan: FORMAT[/GRANULARITY][/sym|asym] with FORMAT one of fp8-e4m3, "
+                   "fp8-e5m2, mxfp8, mxfp6, mxfp4, nvfp4, int8, int4, bf16 and GRANULARITY tensor, channel, token, "
+                   "head, groupN or blockN.")
+@click.option("--quant", "recipes", multiple=True, metavar="RECIPE",
+              help="A recipe to compare (repeatable): TARGET=FORMAT,... with TARGET PATTERN.weight, PATTERN.input "
+                   "(a Linear name pattern with *, or linear for all), kv, k, v, q or p; e.g. "
+                   "'linear.weight=nvfp4,kv=fp8-e4m3/head'. Default: a set of common recipes.")
+@click.option("--scan/--no-scan", default=True, show_default=True,
+              help="Run the sensitivity scan (every layer × format, tensor kinds, outliers).")
+@click.option("--budget", default=None, metavar="SPEC",
+              help="Also plan mixed precision under this error budget: sqnr=DB and/or kl=NATS.")
+@click.option("--plan-format", default="int4/group32", show_default=True,
+              help="The low-bit weight format the plan puts every layer it can in.")
+@click.option("--device", default="b200", show_default=True, metavar="SPEC",
+              help="Device the recipes' time is projected on: a built-in (b200, h100, tpu-v5e, ...) or an "
+                   "accelerator YAML.")
+@click.option("--batch", default=4, show_default=True, type=click.IntRange(min=1, max=256))
+@click.option("--seq", default=None, type=click.IntRange(min=1, max=4096), help="Tokens per sequence.")
+@click.option("--measure/--no-measure", default=True, show_default=True,
+              help="Time the recipes that have a real CPU kernel (bf16, torchao int8) beside fp32.")
+@set_option("Model config override, e.g. --set layers=4.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the lab's views (heat map, histograms, outliers, Pareto) to this HTML file.")
+@json_option
+def quant(model: str, formats: tuple[str, ...], recipes: tuple[str, ...], scan: bool, budget: str | None,
+          plan_format: str, device: str, batch: int, seq: int | None, measure: bool, overrides: tuple[str, ...],
+          html_path: Path | None, as_json: bool) -> None:
+    """Quantization lab: which layers and tensors take which low-bit format (FP8, MX, NVFP4, INT8/INT4, each
+    emulated bit for bit), what each recipe costs in accuracy, memory and projected time, and a mixed-precision
+    plan under an error budget."""
+    with errors():  # misuse fails here, before torch loads
+        budget_values = parse_budget(budget) if budget else None
+        model_overrides = parse_overrides(overrides)
+        html_path = checked_output(html_path) if html_path is not None else None
+    from workbench.quiet import quiet
+
+    quiet()  # torchao's known deprecation chatter as torch loads
+    from workbench.quant import lab
+    from workbench.quant.formats import parse_spec
+    from workbench.quant.recipe import parse_recipe
+
+    with errors():
+        for fmt in (*formats, plan_format):
+            parse_spec(fmt)
+        for recipe in recipes:
+            parse_recipe(recipe)
+        with reading_status(f"loading {model}", as_json):
+            task = lab.quant_task(model, batch=batch, seq=seq, overrides=model_overrides)
+        result: dict[str, Any] = {"model": task.name, "about": task.about, "metric": task.metric, "device": device}
+        sensitivity = None
+        if scan:
+            with reading_status(f"scanning every layer × {len(formats)} formats", as_json):
+                sensitivity = lab.sensitivity_scan(task, formats)
+        with reading_status("comparing recipes", as_json):
+            table = lab.compare_recipes(task, recipes or lab.DEFAULT_RECIPES, device=device, measure=measure)
+        plan = None
+        if budget_values:
+            from workbench.quant.plan import mixed_precision_plan
+
+            with reading_status(f"planning {plan_format} under {budget}", as_json):
+                plan = mixed_precision_plan(task.module, task.inputs, plan_format,
+                                            min_sqnr_db=budget_values.get("sqnr"), max_kl=budget_values.get("kl"),
+                                            sensitivity=sensitivity.layers if sensitivity is not None else None)
+    if html_path is not None:
+        from workbench.report import write_report
+        from workbench.views.quant import quant_view
+
+        with errors():
+            write_report(quant_view(task.about, table, sensitivity, device=device), html_path,
+                         title=f"quantization lab: {task.name}")
+    if as_json:
+        result["recipes"] = _records(table)
+        if sensitivity is not None:
+            result.update({"layers": _records(sensitivity.layers), "tensors": _records(sensitivity.tensors),
+                           "outliers": _records(sensitivity.outliers), "smoothing": _records(sensitivity.smoothing)})
+        if plan is not None:
+            result["plan"] = {"format": plan_format, "budget": budget_values, "recipe": plan.recipe,
+                              "kept": list(plan.kept), "met": plan.met, "sqnr_db": _finite(plan.sqnr_db),
+                              "kl": plan.kl, "weight_bytes": plan.weight_bytes}
+        print_json(result)
+        return
+    from workbench.views import quant_text
+
+    blocks: list = [f"{task.name}: {task.about}"]
+    blocks.append(quant_text.recipes_text(table, device, task.metric))
+    if sensitivity is not None:
+        blocks += [quant_text.sensitivity_text(sensitivity.layers), quant_text.tensors_text(sensitivity.tensors),
+                   quant_text.outliers_text(sensitivity.outliers, sensitivity.smoothing)]
+    if plan is not None:
+        blocks.append(quant_text.plan_text(plan, plan_format, budget or ""))
+    print_blocks(blocks)
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no infinity: an exact (infinite-SQNR) figure is null."""
+    return None if isinstance(value, float) and (math.isinf(value) or math.isnan(value)) else value
+
+
+def _records(frame) -> list[dict[str, Any]]:
+    """A DataFrame as JSON-ready records (NaN and infinities as null, numpy scalars as Python numbers)."""
+    return [{key: _finite(value.item() if hasattr(value, "item") else value) for key, value in row.items()}
+            for row in frame.astype(object).where(frame.notna(), None).to_dict("records")]

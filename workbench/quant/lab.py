@@ -1,0 +1,204 @@
+"""The quantization lab: a model, the data it is measured on, and the two questions users ask of it.
+
+`quant_task` loads a model with what it is judged on: the trained built-ins with their held-out data and metric
+(tiny-gpt: perplexity on held-out standard-library source; convnet: top-1 on held-out digits), any other model
+with seeded inputs and the output's SQNR/KL alone. `sensitivity_scan` asks which layers and tensor kinds can take
+which format (per-layer and per-kind sensitivity, activation outliers with SmoothQuant, weight error
+histograms); `compare_recipes` asks what each recipe costs and gives: accuracy, weight and KV-cache bytes, the
+projected time on a target device, and the measured CPU latency where a real kernel for the recipe exists
+(`REAL_KERNELS`). The CLI (`workbench quant`), the notebook (`wb.quant_sensitivity`, `wb.quant_compare`) and the
+report all call these.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import nn
+
+from workbench.backends.benchmark import Workload, run_benchmark
+from workbench.hardware import resolve_device_spec
+from workbench.hardware.device import DeviceSpec
+from workbench.quant.cost import cache_layouts, kv_cache_bytes, projected_time, weight_footprint
+from workbench.quant.formats import parse_spec
+from workbench.quant.outliers import activation_outliers, channel_profile, smoothing
+from workbench.quant.recipe import Recipe, parse_recipe, quantized
+from workbench.quant.sensitivity import (
+    TENSOR_KINDS,
+    Evaluate,
+    layer_sensitivity,
+    output_error,
+    tensor_sensitivity,
+    weight_error_histograms,
+)
+
+DEFAULT_FORMATS = ("fp8-e4m3/channel", "mxfp8", "mxfp6", "mxfp4", "nvfp4", "int8/channel", "int4/group32")
+"""What a sensitivity scan tries by default: the formats of current GPUs' weights."""
+
+DEFAULT_RECIPES = (
+    "linear.weight=bf16,linear.input=bf16",
+    "linear.weight=int8/channel",
+    "linear.weight=int8/channel,linear.input=int8/token",
+    "linear.weight=fp8-e4m3/channel,linear.input=fp8-e4m3/token,kv=fp8-e4m3/head",
+    "linear.weight=mxfp6,linear.input=mxfp8",
+    "linear.weight=mxfp4,linear.input=mxfp8",
+    "linear.weight=nvfp4,linear.input=nvfp4,kv=nvfp4",
+    "linear.weight=int4/group32/asym",
+)
+"""What `compare_recipes` lays side by side by default (the fp32 reference comes first)."""
+
+
+@dataclass
+class QuantTask:
+    """A model and what it is measured on: calibration `inputs` (one forward), a held-out `evaluate` with its
+    `metric` name (None: output error only), `about` (how its weights came to be), `tokens` per forward."""
+
+    name: str
+    module: nn.Module
+    inputs: tuple[Any, ...]
+    about: str
+    metric: str | None = None
+    evaluate: Evaluate | None = None
+    higher_is_better: bool = False
+    tokens: int = 1
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+def quant_task(model: str = "tiny-gpt", *, batch: int = 4, seq: int | None = None,
+               overrides: dict[str, Any] | None = None) -> QuantTask:
+    """`model` (any reference `load_model` takes) with seeded inputs of `batch` × `seq`; its output's error is
+    all the lab can judge it by."""
+    from workbench.models.registry import load_model
+
+    loaded = load_model(model, **(overrides or {}))
+    inputs = tuple(loaded.make_inputs(batch=batch, seq=seq) if loaded.default_seq is not None
+                   else loaded.make_inputs(batch=batch))
+    tokens = batch * (seq or loaded.default_seq or 1)
+    return QuantTask(loaded.name, loaded.module.eval(), inputs, about=f"{loaded.weights} weights", tokens=tokens)
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """What a sensitivity scan found: per layer × format, per tensor kind × format, the outlier channels with
+    SmoothQuant's effect, the worst layers' channel profiles, and weight error histograms."""
+
+    layers: pd.DataFrame
+    tensors: pd.DataFrame
+    outliers: pd.DataFrame
+    smoothing: pd.DataFrame
+    profile: pd.DataFrame
+    histograms: pd.DataFrame
+
+
+def sensitivity_scan(task: QuantTask, formats: Sequence[str] = DEFAULT_FORMATS, *,
+                     kinds: Sequence[str] = TENSOR_KINDS, outlier_layers: int = 3, histogram_layers: int = 6,
+                     metric: bool = True, progress: Callable[[int, int], None] | None = None) -> Sensitivity:
+    """Every layer × format and tensor kind × format (with the held-out metric when `metric` and the task has
+    one), the outliers of every Linear input and the profiles of the `outlier_layers` worst, and the error
+    histograms of the `histogram_layers` most sensitive weights."""
+    for fmt in formats:
+        parse_spec(fmt)  # every bad spec fails before the first forward
+    evaluate = task.evaluate if metric else None
+    layers = layer_sensitivity(task.module, task.inputs, formats, evaluate=evaluate, progress=progress)
+    kinds = [k for k in kinds if k not in ("kv", "q", "p") or _has_attention(task)]
+    tensors = tensor_sensitivity(task.module, task.inputs, formats, kinds=kinds, evaluate=evaluate)
+    outliers = activation_outliers(task.module, task.inputs)
+    smoothed = smoothing(task.module, task.inputs)
+    profile = channel_profile(task.module, task.inputs, outliers["layer"].head(outlier_layers).tolist())
+    worst = layers.sort_values("sqnr_db")["layer"].drop_duplicates().head(histogram_layers).tolist()
+    histograms = weight_error_histograms(task.module, formats, layers=worst)
+    return Sensitivity(layers, tensors, outliers, smoothed, profile, histograms)
+
+
+def _has_attention(task: QuantTask) -> bool:
+    """Whether the model runs attention through SDPA (the lab reaches its operands only there)."""
+    probe = quantized(task.module, "q=bf16")
+    with torch.no_grad():
+        probe(*task.inputs)
+    return not probe.unreached()
+
+
+RealKernel = Callable[[nn.Module], tuple[Callable[..., Any], str]]
+
+
+def _bf16(module: nn.Module) -> tuple[Callable[..., Any], str]:
+    def run(*inputs):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return module(*inputs)
+    return run, "torch.autocast(bfloat16)"
+
+
+def _torchao(config: str) -> RealKernel:
+    def build(module: nn.Module) -> tuple[Callable[..., Any], str]:
+        from workbench.backends import quantize
+
+        device = torch.device("cpu")
+        function = {"Int8WeightOnlyConfig": quantize.quantize_int8_weight_only,
+                    "Int8DynamicActivationInt8WeightConfig": quantize.quantize_int8_dynamic}[config]
+        model, how = function(copy.deepcopy(module), device)
+        return model, how
+    return build
+
+
+REAL_KERNELS: dict[str, RealKernel] = {
+    "linear.weight=bf16,linear.input=bf16": _bf16,
+    "linear.weight=int8/channel": _torchao("Int8WeightOnlyConfig"),
+    "linear.weight=int8/channel,linear.input=int8/token": _torchao("Int8DynamicActivationInt8WeightConfig"),
+}
+"""Recipes (canonical text) with a real CPU kernel whose latency can be measured beside the fp32 model; the others
+are emulated only and their time is projected."""
+
+
+def compare_recipes(task: QuantTask, recipes: Sequence[str] = DEFAULT_RECIPES, *, device: str = "b200",
+                    measure: bool = True, iterations: int = 20, warmup: int = 3,
+                    kv_context: int = 4096) -> pd.DataFrame:
+    """Per recipe (the fp32 reference first): | recipe | sqnr_db | kl | metric | metric_delta | weight_bytes |
+    kv_bytes_per_token | projected_us | measured_ms | kernel |. Latencies of the reference and the recipes with a
+    real kernel are measured interleaved in one benchmark (medians); projections are on `device`."""
+    parsed = [parse_recipe(r) for r in recipes]  # every bad recipe fails before any work
+    spec = resolve_device_spec(device)
+    with torch.no_grad():
+        reference = task.module(*task.inputs)
+    base_metric = task.evaluate(task.module) if task.evaluate else None
+    rows = [_recipe_row(task, None, "fp32 (reference)", reference, base_metric, spec, kv_context)]
+    workloads = {"fp32 (reference)": Workload(lambda: task.module(*task.inputs))}
+    kernels = {"fp32 (reference)": "torch eager fp32"}
+    for recipe in parsed:
+        name = str(recipe)
+        rows.append(_recipe_row(task, recipe, name, reference, base_metric, spec, kv_context))
+        if measure and name in REAL_KERNELS:
+            run, kernels[name] = REAL_KERNELS[name](task.module)
+            workloads[name] = Workload(lambda run=run: run(*task.inputs))
+    table = pd.DataFrame(rows)
+    if measure:
+        with torch.no_grad():
+            stats = run_benchmark(workloads, warmup=warmup, iterations=iterations)
+        table["measured_ms"] = table["recipe"].map({name: s.p50 for name, s in stats.items()})
+        table["kernel"] = table["recipe"].map(kernels).fillna("emulated only: no real kernel here")
+    return table
+
+
+def _recipe_row(task: QuantTask, recipe: Recipe | None, name: str, reference: torch.Tensor,
+                base_metric: float | None, spec: DeviceSpec, kv_context: int) -> dict[str, Any]:
+    """One recipe's accuracy (against the reference's output and the held-out metric), bytes and projection; the
+    reference (`recipe` None) in fp32, unprojected (the bf16 recipe is the projected baseline)."""
+    model = quantized(task.module, recipe) if recipe is not None else task.module
+    with torch.no_grad():
+        out = model(*task.inputs)
+    error = (output_error(reference, out) if recipe is not None
+             else {"sqnr_db": float("inf"), "kl": 0.0, "max_abs_error": 0.0})
+    metric = task.evaluate(model) if task.evaluate else None
+    base = "bf16" if recipe is not None else "fp32"
+    kv = (recipe.attention("k") if recipe is not None else None) or parse_spec(base)
+    return {"recipe": name, **error, "metric": metric,
+            "metric_delta": None if metric is None or base_metric is None else metric - base_metric,
+            "weight_bytes": int(weight_footprint(task.module, recipe, base=base)["bytes"].sum()),
+            "kv_bytes_per_token": kv_cache_bytes(task.module, kv, batch=1, context=kv_context) / kv_context
+            if cache_layouts(task.module) else None,
+            "projected_us": None if recipe is None
+            else float(projected_time(task.module, recipe, spec, tokens=task.tokens)["time_s"].sum()) * 1e6}
