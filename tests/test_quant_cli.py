@@ -78,3 +78,16 @@ def test_bad_input_is_one_line_and_exit_2(args, words):
     result = quant(*args, "--no-scan", "--no-measure")
     assert result.exit_code == 2, result.output
     assert words in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_notebook_functions_draw_and_return_the_tables(monkeypatch):
+    import workbench.notebook as wb
+
+    drawn = []
+    monkeypatch.setattr(wb, "_render", drawn.append)
+    small = {"d_model": 32, "layers": 1, "heads": 2}
+    scan = wb.quant_sensitivity("tiny-gpt", ["mxfp4"], batch=1, seq=16, **small)
+    assert set(scan.layers["format"]) == {"mxfp4"} and not scan.outliers.empty
+    table = wb.quant_compare("tiny-gpt", ["linear.weight=nvfp4"], measure=False, batch=1, seq=16, **small)
+    assert table["recipe"].tolist() == ["fp32 (reference)", "linear.weight=nvfp4"]
+    assert len(drawn) == 2

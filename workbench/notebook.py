@@ -4,7 +4,8 @@ inline) and each analysis as a function returning a DataFrame: `wb.roofline`, `w
 `wb.fusion_detail`, and SQL over runs, `wb.sql`. The ranks of a distributed job:
 `wb.ranks` (the per-rank table), `wb.show_ranks` (its view). A sweep (`wb.capture(batch=[1, 2, 4],
 seq=[128, 512])`) has its curves as DataFrames: `wb.sweep_table`, `wb.crossovers`, `wb.pareto`. Serving runs
-(`workbench serve`, or `wb.serve` here) have their views in `wb.show_serving`.
+(`workbench serve`, or `wb.serve` here) have their views in `wb.show_serving`. The quantization lab:
+`wb.quant_sensitivity` (which layers and tensors take which format) and `wb.quant_compare` (recipes side by side).
 
 A run is named as everywhere: a run id (under `root`, default `$WORKBENCH_TRACES` or ./traces), a bundle
 path, a `Bundle`, or what `wb.capture` returned (a list of bundles; a one-run function takes a list of
@@ -304,6 +305,37 @@ def show_serving(runs: RunRef | Sequence[RunRef], root: str | Path | None = None
         raise WorkbenchError(f"wb.show_serving: no serving run among {', '.join(b.run_id for b in bundles)} "
                              "(record them with `workbench serve`)")
     _render(layout)
+
+
+def quant_sensitivity(model: str = "tiny-gpt", formats: Sequence[str] | None = None, *, batch: int = 4,
+                      seq: int | None = None, show: bool = True, **overrides: Any) -> Any:
+    """Which layers and tensor kinds of `model` take which low-bit format (`workbench.quant.lab.sensitivity_scan`:
+    per layer × format, per tensor kind, outliers with SmoothQuant, error histograms); drawn unless `show` is
+    False, and returned (its tables are DataFrames). `overrides` configure a built-in (d_model=64, layers=2)."""
+    from workbench.quant import lab
+    from workbench.views.quant import sensitivity_view
+
+    task = lab.quant_task(model, batch=batch, seq=seq, overrides=overrides)
+    result = lab.sensitivity_scan(task, formats or lab.DEFAULT_FORMATS)
+    if show:
+        _render(sensitivity_view(result))
+    return result
+
+
+def quant_compare(model: str = "tiny-gpt", recipes: Sequence[str] | None = None, *, device: str = "b200",
+                  measure: bool = True, batch: int = 4, seq: int | None = None, show: bool = True,
+                  **overrides: Any) -> pd.DataFrame:
+    """`model` under each recipe (`--quant` syntax, e.g. "linear.weight=nvfp4,kv=fp8-e4m3/head") beside the fp32
+    reference: accuracy, weight and KV-cache bytes, time projected on `device`, CPU time measured where a real
+    kernel exists (`workbench.quant.lab.compare_recipes`); drawn unless `show` is False, and returned."""
+    from workbench.quant import lab
+    from workbench.views.quant import recipes_view
+
+    task = lab.quant_task(model, batch=batch, seq=seq, overrides=overrides)
+    table = lab.compare_recipes(task, recipes or lab.DEFAULT_RECIPES, device=device, measure=measure)
+    if show:
+        _render(recipes_view(task.about, table, device=device))
+    return table
 
 
 def _rank_aggregates(experiment: str, root: str | Path | None, cluster: str, threshold: float) -> Any:

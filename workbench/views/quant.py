@@ -209,28 +209,39 @@ TENSOR_COLUMNS = [("tensor", "tensor", None), ("format", "format", None), ("bits
                   ("note", "note", None)]
 
 
-def quant_view(about: str, recipes: pd.DataFrame, sensitivity=None, *, device: str = "b200",
-               width: int = 1100) -> LayoutDOM:
-    """The lab's page: what the model was judged on, the recipes (table and Pareto), and with a sensitivity scan
-    the heat map, the most sensitive layers, the tensor kinds, the outliers and the error histograms."""
-    def heading(text: str) -> Div:
-        return Div(text=text, render_as_text=True, width=width, styles={"font-weight": "bold", "font-size": "14px"})
+def _heading(text: str, width: int) -> Div:
+    return Div(text=text, render_as_text=True, width=width, styles={"font-weight": "bold", "font-size": "14px"})
 
-    parts: list[LayoutDOM] = [heading(about),
-                              Div(text=f"Recipes: accuracy against the fp32 model, memory, time projected on {device} "
-                                       "(a roofline: no kernel ran) and measured on this CPU where a real kernel "
-                                       "exists.", render_as_text=True, width=width),
-                              recipes_table(recipes, width=width), recipe_pareto(recipes, width=width)]
-    if sensitivity is not None:
-        parts += [heading("Sensitivity: one layer alone in each format"),
+
+def recipes_view(about: str, recipes: pd.DataFrame, *, device: str = "b200", width: int = 1100) -> LayoutDOM:
+    """What the model was judged on, and the recipes side by side: the table and the Pareto."""
+    return column(_heading(about, width),
+                  Div(text=f"Recipes: accuracy against the fp32 model, memory, time projected on {device} (a roofline: "
+                           "no kernel ran) and measured on this CPU where a real kernel exists.",
+                      render_as_text=True, width=width),
+                  recipes_table(recipes, width=width), recipe_pareto(recipes, width=width))
+
+
+def sensitivity_view(sensitivity, *, width: int = 1100) -> LayoutDOM:
+    """A sensitivity scan (`workbench.quant.lab.Sensitivity`): the heat map, the most sensitive layers, the tensor
+    kinds, the outliers and the error histograms."""
+    return column(_heading("Sensitivity: one layer alone in each format", width),
                   sensitivity_heatmap(sensitivity.layers, width=width),
                   sensitivity_table(sensitivity.layers, width=width),
-                  heading("Tensor kinds: one kind in each format across the whole model"),
+                  _heading("Tensor kinds: one kind in each format across the whole model", width),
                   data_table(sensitivity.tensors, TENSOR_COLUMNS, width=width,
-                             height=min(30 + 28 * max(len(sensitivity.tensors), 1), 440)),
-                  heading("Activation outliers and SmoothQuant (α = 0.5)"),
+                             height=min(30 + 28 * max(len(sensitivity.tensors), 1), 440), hover=("note",)),
+                  _heading("Activation outliers and SmoothQuant (α = 0.5)", width),
                   outlier_table(sensitivity.outliers, sensitivity.smoothing, width=width),
                   outlier_plot(sensitivity.profile, width=width),
-                  heading("Weight rounding error of the most sensitive layers"),
-                  error_histograms(sensitivity.histograms, width=width)]
+                  _heading("Weight rounding error of the most sensitive layers", width),
+                  error_histograms(sensitivity.histograms, width=width))
+
+
+def quant_view(about: str, recipes: pd.DataFrame, sensitivity=None, *, device: str = "b200",
+               width: int = 1100) -> LayoutDOM:
+    """The lab's page: the recipes, then the sensitivity scan when there is one."""
+    parts = [recipes_view(about, recipes, device=device, width=width)]
+    if sensitivity is not None:
+        parts.append(sensitivity_view(sensitivity, width=width))
     return column(*parts)
