@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 from bokeh.embed import file_html
-from bokeh.models import DataTable, Div, GlyphRenderer, Plot, Quad, Range1d, StringFormatter
+from bokeh.models import DataTable, Div, GlyphRenderer, Plot, Quad, Range1d
 from bokeh.resources import CDN
 from click.testing import CliRunner
 from conftest import fixture_path
@@ -273,7 +274,9 @@ def test_memory_map_of_a_capture(capture_trace):
     (peak_table,) = layout.select({"type": DataTable})
     _, peak_bytes, live = peak(capture_trace, "cpu", table)
     assert list(peak_table.source.data["size"]) == live["size"].tolist()
-    assert isinstance(peak_table.columns[1].formatter, StringFormatter)
+    # the allocating op's name reads whole on hover, inserted only HTML-escaped
+    assert "op_name_escaped" in peak_table.columns[1].formatter.template
+    assert list(peak_table.source.data["op_name_escaped"]) == [html.escape(n, quote=True) for n in live["op_name"]]
     usage = figures(layout)[0]
     marker = next(r for r in usage.renderers if r.glyph.__class__.__name__ == "Scatter")
     assert list(marker.data_source.data["y"]) == [peak_bytes]

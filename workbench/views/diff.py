@@ -116,7 +116,7 @@ def _table(table: pd.DataFrame, width: int) -> DataTable:
     whole = bool(np.all(np.mod(frame[["count_a", "count_b"]].to_numpy(), 1) == 0))  # not per step: counts
     columns = [(f, t, fmt.replace(".[00]", "") if whole and fmt and "[00]" in fmt else fmt)
                for f, t, fmt in DIFF_TABLE_COLUMNS]
-    view = data_table(frame, columns, width=width, height=420, name=DIFF_TABLE)
+    view = data_table(frame, columns, width=width, height=420, name=DIFF_TABLE, hover=("name",))
     view.source.add([STATUS_COLORS.get(s, "#ffffff") for s in view.source.data["status"]], "status_color")
     for col in view.columns:
         if col.field in ("status", "name"):

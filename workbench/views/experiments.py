@@ -102,7 +102,7 @@ def experiments_view(bundles: Sequence[Bundle], reference: str = "eager", *, bas
                                width=width))
         parts.append(data_table(ops, [(c, c, None if c in ("name", "kind") else
                                        "0,0.[00]" if c.endswith(" calls") else "0,0.000") for c in ops.columns],
-                                width=width, height=420))
+                                width=width, height=420, hover=("name",)))
         parts.append(stacked_timelines(traces, width=width))
     return column(*parts)
 
@@ -191,7 +191,8 @@ def trace_comparison_parts(comparison: TraceComparison, *, top: int = 40, width:
                                   f"{names['vanished']} vanished, {names['changed']} changed, {names['unchanged']} "
                                   f"unchanged (top {top} regressions, then improvements)",
                              render_as_text=True, width=width))
-            parts.append(data_table(frame, DELTA_COLUMNS, width=width, height=min(420, 30 + 28 * max(len(frame), 1))))
+            parts.append(data_table(frame, DELTA_COLUMNS, width=width, height=min(420, 30 + 28 * max(len(frame), 1)),
+                                    hover=("name",)))
     return parts
 
 

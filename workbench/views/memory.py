@@ -176,7 +176,7 @@ def _peak_table(device: str, ts_ns: int, peak_bytes: int, live: pd.DataFrame, wi
     columns = [("size", "size", BYTES_FORMAT), ("op_name", "allocating op", None),
                ("alloc_ms", "allocated at (ms)", "0,0.000"), ("address", "address", None)]
     table = data_table(frame, columns, width=width, height=min(280, 30 + 25 * len(live)),
-                       widths={"op_name": 400, "alloc_ms": 120, "address": 160}, reorderable=False)
+                       widths={"op_name": 400, "alloc_ms": 120, "address": 160}, reorderable=False, hover=("op_name",))
     return [_note(heading + ":"), table]
 
 
