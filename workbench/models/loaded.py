@@ -12,9 +12,10 @@ from torch import nn
 from workbench.errors import WorkbenchError
 
 Source = Literal["builtin", "factory", "export", "onnx", "hf", "hf-config", "torchvision", "timm"]
-Weights = Literal["real", "random"]
+Weights = Literal["real", "random", "trained"]
 """'random': seeded weights the workbench made (built-ins, hf-config:, a vision model without cached
-weights); 'real': the weights the source brought (a checkpoint, a file, a user factory's module)."""
+weights); 'real': the weights the source brought (a checkpoint, a file, a user factory's module); 'trained': a
+built-in trained by the workbench on data every machine has (`workbench.models.trained`)."""
 InputMaker = Callable[[int, int | None], tuple[torch.Tensor, ...]]
 
 
@@ -43,6 +44,10 @@ class LoadedModel:
     """The variant whose output is its numerics reference (an ONNX file: ort-noopt); None for the default."""
     weights: Weights = "real"
     """Whether the weights are trained ones or seeded random ones (see `Weights`)."""
+    training: dict[str, Any] | None = None
+    """For weights "trained", JSON-ready facts of the training: `description` (the sentence surfaces print:
+    "trained on ..., held-out perplexity X"), `metric` and `value` (the held-out score), `data`, `budget`,
+    `seed`, `train_seconds`; None for other weights."""
     hf_model: Any = field(default=None, repr=False)
     """The transformers model behind `module` (hf:, hf-config:), for generation; None for other sources."""
 

@@ -64,13 +64,26 @@ def describe_model(name: str) -> dict[str, Any]:
     return dict(BUILTINS[name].defaults)
 
 
+WEIGHTS_KEY = "weights"
+"""The override that picks a built-in's weights: "random" (seeded, the default) or "trained"
+(`workbench.models.trained`)."""
+
+
 def _load_builtin(spec: BuiltinSpec, overrides: dict[str, Any]) -> LoadedModel:
+    overrides = dict(overrides)
+    weights = overrides.pop(WEIGHTS_KEY, "random")
     unknown = sorted(set(overrides) - set(spec.defaults))
     if unknown:
         raise WorkbenchError(
             f"model '{spec.name}' has no config key(s) {', '.join(unknown)}; "
-            f"valid: {', '.join(spec.defaults)}"
+            f"valid: {', '.join(spec.defaults)}, {WEIGHTS_KEY}"
         )
+    if weights == "trained":
+        from workbench.models.trained.recipes import load_trained
+
+        return load_trained(spec, overrides)
+    if weights != "random":
+        raise WorkbenchError(f"model '{spec.name}': {WEIGHTS_KEY} must be 'random' or 'trained', got {weights!r}")
     config = {**spec.defaults, **overrides}
     require_int(spec.name, config, "seed", minimum=0)
     return LoadedModel(
@@ -104,7 +117,8 @@ def model_source(ref: str, cwd: Path | None = None) -> Source | None:
 def load_model(ref: str, **config_overrides: Any) -> LoadedModel:
     """Resolve `ref` into a LoadedModel.
 
-    `ref` is a built-in name (`config_overrides` override its defaults), a prefixed source (`PREFIXED`:
+    `ref` is a built-in name (`config_overrides` override its defaults; `weights="trained"` gives tiny-gpt and
+    convnet trained weights, `workbench.models.trained`), a prefixed source (`PREFIXED`:
     `hf-config:<preset>` takes friendly keys such as layers/hidden, `torchvision:`/`timm:` take seed),
     `package.module:factory`
     (called with `config_overrides` as keyword arguments) or the path of a saved torch.export
