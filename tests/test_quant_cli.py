@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from workbench.cli import main  # noqa: E402
 
-SMALL = ["--set", "d_model=32", "layers=1", "heads=2", "--batch", "1", "--seq", "16"]
+SMALL = ["--weights", "random", "--set", "d_model=32", "layers=1", "heads=2", "--batch", "1", "--seq", "16"]
 
 
 def quant(*args: str):
@@ -85,7 +85,7 @@ def test_notebook_functions_draw_and_return_the_tables(monkeypatch):
 
     drawn = []
     monkeypatch.setattr(wb, "_render", drawn.append)
-    small = {"d_model": 32, "layers": 1, "heads": 2}
+    small = {"d_model": 32, "layers": 1, "heads": 2, "weights": "random"}
     scan = wb.quant_sensitivity("tiny-gpt", ["mxfp4"], batch=1, seq=16, **small)
     assert set(scan.layers["format"]) == {"mxfp4"} and not scan.outliers.empty
     table = wb.quant_compare("tiny-gpt", ["linear.weight=nvfp4"], measure=False, batch=1, seq=16, **small)

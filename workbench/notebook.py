@@ -1,9 +1,9 @@
 """The notebook front door: `wb.capture`, `wb.show`, `wb.compare`, `wb.show_diff` (the CLI's functions, placed
 inline) and each analysis as a function returning a DataFrame: `wb.roofline`, `wb.findings`, `wb.idle`,
-`wb.diff` (and `wb.comparison`, several runs against a baseline, as `workbench diff --json`), `wb.fusion`,
-`wb.fusion_detail`, and SQL over runs, `wb.sql`. The ranks of a distributed job:
-`wb.ranks` (the per-rank table), `wb.show_ranks` (its view). A sweep (`wb.capture(batch=[1, 2, 4],
-seq=[128, 512])`) has its curves as DataFrames: `wb.sweep_table`, `wb.crossovers`, `wb.pareto`. Serving runs
+`wb.call_tree` (call paths with self and total time), `wb.diff` (and `wb.comparison`, several runs against a
+baseline, as `workbench diff --json`), `wb.fusion`, `wb.fusion_detail`, and SQL over runs, `wb.sql`. The ranks of
+a distributed job: `wb.ranks` (the per-rank table), `wb.show_ranks` (its view). A sweep (`wb.capture(batch=[1, 2,
+4], seq=[128, 512])`) has its curves as DataFrames: `wb.sweep_table`, `wb.crossovers`, `wb.pareto`. Serving runs
 (`workbench serve`, or `wb.serve` here) have their views in `wb.show_serving`. The quantization lab:
 `wb.quant_sensitivity` (which layers and tensors take which format) and `wb.quant_compare` (recipes side by side).
 
@@ -138,6 +138,17 @@ def idle(run: RunRef | Sequence[RunRef], root: str | Path | None = None) -> pd.D
 
     trace = _one(run, root, "idle").trace()
     return idle_gaps(trace, phase_window(trace, PHASE_MEASURE))
+
+
+def call_tree(run: RunRef | Trace | Sequence[RunRef], *, phase: str | None = PHASE_MEASURE, threads: bool = True,
+              root: str | Path | None = None) -> pd.DataFrame:
+    """The call tree of a run's host spans over its `phase` (the measured steps of a capture; the whole trace without
+    one), one row per call path with calls, total and self time (`workbench.analysis.call_tree.call_tree`)."""
+    from workbench.analysis.breakdown import phase_window
+    from workbench.analysis.call_tree import call_tree as tree
+
+    trace = _trace(run, root, "call_tree")
+    return tree(trace, phase_window(trace, phase) if phase else None, threads=threads)
 
 
 def diff(a: RunRef | Trace | Sequence[RunRef], b: RunRef | Trace | Sequence[RunRef], *,
@@ -307,31 +318,32 @@ def show_serving(runs: RunRef | Sequence[RunRef], root: str | Path | None = None
     _render(layout)
 
 
-def quant_sensitivity(model: str = "tiny-gpt", formats: Sequence[str] | None = None, *, batch: int = 4,
-                      seq: int | None = None, show: bool = True, **overrides: Any) -> Any:
+def quant_sensitivity(model: str = "tiny-gpt", formats: Sequence[str] | None = None, *, weights: str | None = None,
+                      batch: int = 4, seq: int | None = None, show: bool = True, **overrides: Any) -> Any:
     """Which layers and tensor kinds of `model` take which low-bit format (`workbench.quant.lab.sensitivity_scan`:
     per layer × format, per tensor kind, outliers with SmoothQuant, error histograms); drawn unless `show` is
-    False, and returned (its tables are DataFrames). `overrides` configure a built-in (d_model=64, layers=2)."""
+    False, and returned (its tables are DataFrames). A built-in with trained weights is judged on its held-out data
+    (`weights` "random" for seeded ones); `overrides` configure a built-in (d_model=64, layers=2)."""
     from workbench.quant import lab
     from workbench.views.quant import sensitivity_view
 
-    task = lab.quant_task(model, batch=batch, seq=seq, overrides=overrides)
+    task = lab.quant_task(model, weights=weights, batch=batch, seq=seq, overrides=overrides)
     result = lab.sensitivity_scan(task, formats or lab.DEFAULT_FORMATS)
     if show:
         _render(sensitivity_view(result))
     return result
 
 
-def quant_compare(model: str = "tiny-gpt", recipes: Sequence[str] | None = None, *, device: str = "b200",
-                  measure: bool = True, batch: int = 4, seq: int | None = None, show: bool = True,
-                  **overrides: Any) -> pd.DataFrame:
+def quant_compare(model: str = "tiny-gpt", recipes: Sequence[str] | None = None, *, weights: str | None = None,
+                  device: str = "b200", measure: bool = True, batch: int = 4, seq: int | None = None,
+                  show: bool = True, **overrides: Any) -> pd.DataFrame:
     """`model` under each recipe (`--quant` syntax, e.g. "linear.weight=nvfp4,kv=fp8-e4m3/head") beside the fp32
     reference: accuracy, weight and KV-cache bytes, time projected on `device`, CPU time measured where a real
     kernel exists (`workbench.quant.lab.compare_recipes`); drawn unless `show` is False, and returned."""
     from workbench.quant import lab
     from workbench.views.quant import recipes_view
 
-    task = lab.quant_task(model, batch=batch, seq=seq, overrides=overrides)
+    task = lab.quant_task(model, weights=weights, batch=batch, seq=seq, overrides=overrides)
     table = lab.compare_recipes(task, recipes or lab.DEFAULT_RECIPES, device=device, measure=measure)
     if show:
         _render(recipes_view(task.about, table, device=device))

@@ -37,6 +37,9 @@ def parse_budget(text: str) -> dict[str, float]:
 @click.option("--model", default="tiny-gpt", show_default=True,
               help="Any model reference: a built-in (tiny-gpt, convnet, mlp: configure with --set), hf:, "
                    "hf-config:, torchvision:, timm:, package.module:factory.")
+@click.option("--weights", type=click.Choice(["trained", "random"]), default=None,
+              help="A built-in's weights: trained (tiny-gpt on the Python standard library, convnet on scikit-learn's "
+                   "digits; judged on held-out data: the default where they exist) or seeded random ones.")
 @click.option("--formats", default=DEFAULT_FORMATS, show_default=True, callback=comma_list(str), metavar="LIST",
               help="Formats of the sensitivity scan: FORMAT[/GRANULARITY][/sym|asym] with FORMAT one of fp8-e4m3, "
                    "fp8-e5m2, mxfp8, mxfp6, mxfp4, nvfp4, int8, int4, bf16 and GRANULARITY tensor, channel, token, "
@@ -62,9 +65,9 @@ def parse_budget(text: str) -> dict[str, float]:
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the lab's views (heat map, histograms, outliers, Pareto) to this HTML file.")
 @json_option
-def quant(model: str, formats: tuple[str, ...], recipes: tuple[str, ...], scan: bool, budget: str | None,
-          plan_format: str, device: str, batch: int, seq: int | None, measure: bool, overrides: tuple[str, ...],
-          html_path: Path | None, as_json: bool) -> None:
+def quant(model: str, weights: str | None, formats: tuple[str, ...], recipes: tuple[str, ...], scan: bool,
+          budget: str | None, plan_format: str, device: str, batch: int, seq: int | None, measure: bool,
+          overrides: tuple[str, ...], html_path: Path | None, as_json: bool) -> None:
     """Quantization lab: which layers and tensors take which low-bit format (FP8, MX, NVFP4, INT8/INT4, each
     emulated bit for bit), what each recipe costs in accuracy, memory and projected time, and a mixed-precision
     plan under an error budget."""
@@ -84,8 +87,9 @@ def quant(model: str, formats: tuple[str, ...], recipes: tuple[str, ...], scan: 
             parse_spec(fmt)
         for recipe in recipes:
             parse_recipe(recipe)
-        with reading_status(f"loading {model}", as_json):
-            task = lab.quant_task(model, batch=batch, seq=seq, overrides=model_overrides)
+        with reading_status(f"loading {model} (a built-in's first trained load trains it: about 2 minutes)",
+                            as_json):
+            task = lab.quant_task(model, weights=weights, batch=batch, seq=seq, overrides=model_overrides)
         result: dict[str, Any] = {"model": task.name, "about": task.about, "metric": task.metric, "device": device}
         sensitivity = None
         if scan:
@@ -121,7 +125,7 @@ def quant(model: str, formats: tuple[str, ...], recipes: tuple[str, ...], scan: 
         return
     from workbench.views import quant_text
 
-    blocks: list = [f"{task.name}: {task.about}"]
+    blocks: list = [task.about]
     blocks.append(quant_text.recipes_text(table, device, task.metric))
     if sensitivity is not None:
         blocks += [quant_text.sensitivity_text(sensitivity.layers), quant_text.tensors_text(sensitivity.tensors),

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from workbench.backends.benchmark import Workload, run_benchmark
+from workbench.errors import WorkbenchError
 from workbench.hardware import resolve_device_spec
 from workbench.hardware.device import DeviceSpec
 from workbench.quant.cost import cache_layouts, kv_cache_bytes, projected_time, weight_footprint
@@ -69,17 +70,33 @@ class QuantTask:
     facts: dict[str, Any] = field(default_factory=dict)
 
 
-def quant_task(model: str = "tiny-gpt", *, batch: int = 4, seq: int | None = None,
+def quant_task(model: str = "tiny-gpt", *, weights: str | None = None, batch: int = 4, seq: int | None = None,
                overrides: dict[str, Any] | None = None) -> QuantTask:
-    """`model` (any reference `load_model` takes) with seeded inputs of `batch` × `seq`; its output's error is
-    all the lab can judge it by."""
-    from workbench.models.registry import load_model
+    """`model` (any reference `load_model` takes) with seeded inputs of `batch` × `seq`. A built-in with trained
+    weights (tiny-gpt, convnet) gets them by default (`weights` "trained"; "random" for seeded ones), its
+    held-out data and metric; any other model is judged by its output's error alone."""
+    from workbench.models.registry import BUILTINS, load_model
+    from workbench.models.trained.recipes import RECIPES, held_out_score
 
-    loaded = load_model(model, **(overrides or {}))
+    overrides = dict(overrides or {})
+    if model in BUILTINS:
+        overrides.setdefault("weights", weights or ("trained" if model in RECIPES else "random"))
+    elif weights is not None:
+        raise WorkbenchError(f"--weights applies to the built-in models; '{model}' brings its own weights")
+    loaded = load_model(model, **overrides)
     inputs = tuple(loaded.make_inputs(batch=batch, seq=seq) if loaded.default_seq is not None
                    else loaded.make_inputs(batch=batch))
     tokens = batch * (seq or loaded.default_seq or 1)
-    return QuantTask(loaded.name, loaded.module.eval(), inputs, about=f"{loaded.weights} weights", tokens=tokens)
+    module = loaded.module.eval()
+    if loaded.weights != "trained":
+        return QuantTask(loaded.name, module, inputs, tokens=tokens, about=(
+            f"{loaded.name}: {loaded.weights} weights: accuracy is the output's error against the fp32 model "
+            "alone (tiny-gpt and convnet have trained weights with held-out data: --weights trained)"))
+    training = loaded.training or {}
+    metric = str(training.get("metric", "held-out score"))
+    return QuantTask(loaded.name, module, inputs, about=f"{loaded.name}: {training.get('description', 'trained')}",
+                     metric=metric, evaluate=lambda m: held_out_score(loaded.name, loaded.config, m),
+                     higher_is_better=metric.endswith("top-1"), tokens=tokens, facts=training)
 
 
 @dataclass(frozen=True)

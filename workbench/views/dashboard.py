@@ -1,6 +1,9 @@
-"""The dashboard of one run: timeline, memory map, op/kernel tables, roofline and findings, linked.
+"""The dashboard of one run: timeline with its counter tracks, op/kernel tables, call tree, memory map, roofline and
+findings, linked.
 
-The timeline and the memory map share one x-range (zooming one zooms the other); selecting rows of
+The timeline, its counter tracks (memory, device busy per stream, the trace's counters, serving metrics) and the
+memory map share one x-range (zooming one zooms the others); the call tree's flame graph and its "kernels by
+launching op" table jump the timeline to what is clicked; selecting rows of
 the op or kernel table selects those names' spans in the timeline, and selecting a kernel there
 selects the op that launched it (the timeline's own link). Selecting roofline points selects their
 names in the tables and the timeline. The roofline and findings tabs show what `workbench analyze RUN`
@@ -22,7 +25,9 @@ from workbench.analysis.summary import model_label
 from workbench.analysis.timeline import count_spans
 from workbench.trace.schema import PHASE_MEASURE
 from workbench.trace.store.bundle import Bundle
+from workbench.views.counter_tracks import counter_tracks
 from workbench.views.findings import findings_panel
+from workbench.views.flame import call_tree_panel
 from workbench.views.memory import memory_map
 from workbench.views.roofline import ROOFLINE_SOURCE, link_roofline, roofline_view
 from workbench.views.tables import link_table_to_timeline, op_table_view
@@ -86,11 +91,14 @@ def dashboard(bundle: Bundle, *, width: int = 1200, max_spans: int = 20_000, dev
         link_roofline(points, spans, *table_sources)
     scope = f"the {PHASE_MEASURE} phase" if analysis["window"] else "the whole trace"
     tabs = Tabs(tabs=[TabPanel(child=ops, title="ops"), TabPanel(child=kernels, title="kernels"),
+                      TabPanel(child=call_tree_panel(trace, window, scope=scope, x_range=x_range, timeline=time_view,
+                                                     width=width), title="call tree"),
                       TabPanel(child=memory_map(trace, x_range=x_range, width=width), title="memory"),
                       TabPanel(child=roof, title="roofline"),
                       TabPanel(child=findings_panel(analysis["findings"], analysis["idle"], scope=scope, width=width,
                                                     x_range=x_range), title="findings")])
-    return column(heading, time_view, tabs)
+    tracks = counter_tracks(trace, x_range=x_range, width=width)  # None when the trace has none
+    return column(heading, time_view, *([] if tracks is None else [tracks]), tabs)
 
 
 def _roofline_panel(bundle: Bundle, analysis: dict[str, Any], device: str | None, width: int) -> LayoutDOM:
