@@ -27,9 +27,10 @@ serving: .serving/.installed
 .serving/.installed: scripts/serving-env
 	scripts/serving-env .serving
 
-## Capture the default experiment (tiny-gpt; eager, bf16, compile, int8), print its summary, write its report.
+## Capture the default experiment (tiny-gpt trained on the Python standard library, trained once and cached; eager,
+## bf16, compile, int8), print its summary, write its report.
 demo: setup
-	$(VENV)/bin/workbench capture --threads 1 --report traces/report.html
+	$(VENV)/bin/workbench capture --threads 1 --set weights=trained --report traces/report.html
 
 ## Lint and run the whole test suite on every core (a file's tests stay on one worker, so they share their
 ## module's fixtures: one Jupyter server, one Ray cluster, one compiled model), then list the ten slowest tests.

@@ -7,6 +7,7 @@ Budgets here are tiny (a second or so each); the recipes' own budgets are what `
 from __future__ import annotations
 
 import copy
+import json
 import math
 import sysconfig
 import threading
@@ -227,3 +228,24 @@ def test_held_out_scores_take_any_copy_of_the_model():
     assert recipes.held_out_score("tiny-gpt", loaded.config, inverted) > 2 * fp32
     with pytest.raises(WorkbenchError, match="no held-out data"):
         recipes.held_out_score("mlp", {}, loaded.module)
+
+
+@pytest.mark.usefixtures("small_recipes")
+def test_a_capture_of_trained_weights_says_what_they_learned(tmp_path: Path):
+    from click.testing import CliRunner
+
+    from workbench.cli import main
+    from workbench.trace.store.bundle import open_bundle
+
+    root = tmp_path / "traces"
+    result = CliRunner().invoke(main, ["capture", "--model", "convnet", "--set", "weights=trained", "--variants",
+                                       "eager", "--batch", "2", "--iterations", "2", "--warmup", "1", "--no-profile",
+                                       "--out", str(root), "--json"])
+    assert result.exit_code == 0, result.output
+    (run,) = json.loads(result.stdout)["runs"]
+    description = load_model("convnet", weights="trained").training["description"]
+    assert run["weights"] == "trained" and run["training"] == description
+    assert description.startswith("trained on scikit-learn load_digits")
+    assert open_bundle(run["run_id"], root).record.model_training == description
+    shown = CliRunner().invoke(main, ["show", run["run_id"], "--out", str(root)])
+    assert shown.exit_code == 0 and description in shown.stdout.replace("\n", " ")

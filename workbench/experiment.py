@@ -163,7 +163,8 @@ class RunResult:
     `speedup` is the reference's median latency over this variant's (at the same shape), when the reference
     was listed and benchmarked; `numerics` is `Numerics.to_dict()` (against the reference). `batch` and `seq`
     are the shape it ran at; `label` names it in a sweep ("eager-b4"; None otherwise). `weights` says whether
-    the model's weights were "real" or "random" (numerics on random weights compare variants, not accuracy).
+    the model's weights were "real", "trained" or "random" (numerics on random weights compare variants, not
+    accuracy); `training` is a trained built-in's description ("trained on ..., held-out perplexity X").
     """
 
     variant: str
@@ -181,6 +182,7 @@ class RunResult:
     seq: int | None = None
     label: str | None = None
     weights: str | None = None
+    training: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields, with the numerics' SQNR and top-1 agreement also at the top level."""
@@ -463,17 +465,20 @@ class _Experiment(Runner[_VariantRun, "RunResult"]):
     def result(self, run: _VariantRun, path: Path) -> RunResult:
         reference_p50 = next((r.stats.p50 for r in self.runs
                               if r.variant.name == self.reference and r.shape == run.shape and r.stats), None)
-        return _result(run, path, reference_p50, self.seq(run.shape), self.settings.swept, self.loaded.weights)
+        return _result(run, path, reference_p50, self.seq(run.shape), self.settings.swept, self.loaded)
 
 
 def model_info(ref: str, loaded: LoadedModel) -> dict[str, Any]:
     """The model fields of run.json."""
-    return {"ref": ref, "name": loaded.name, "config": loaded.config, "parameters": loaded.parameter_count,
+    info = {"ref": ref, "name": loaded.name, "config": loaded.config, "parameters": loaded.parameter_count,
             "source": loaded.source, "weights": loaded.weights}
+    if loaded.training:  # what the trained weights learned and how well: every surface quotes `description`
+        info["training"] = loaded.training
+    return info
 
 
 def _result(run: _VariantRun, path: Path, reference_p50: float | None, seq: int | None,
-            swept_sizes: frozenset[str], weights: str | None) -> RunResult:
+            swept_sizes: frozenset[str], loaded: LoadedModel) -> RunResult:
     stats = run.stats
     return RunResult(
         variant=run.variant.name,
@@ -490,5 +495,6 @@ def _result(run: _VariantRun, path: Path, reference_p50: float | None, seq: int 
         batch=run.shape.batch,
         seq=seq,
         label=run.label if swept_sizes else None,
-        weights=weights,
+        weights=loaded.weights,
+        training=(loaded.training or {}).get("description"),
     )

@@ -31,7 +31,8 @@ def model_label(name: str | None, weights: str | None) -> str | None:
 def run_summary(bundle: Bundle, top: int = 10, *, all_ops: bool = False) -> dict[str, Any]:
     """Key figures of a run as JSON-ready values.
 
-    `{"run", "status", "model", "weights": "real" | "random" | None, "variant", "device", "events": {kind: n},
+    `{"run", "status", "model", "weights": "real" | "trained" | "random" | None, "training": a trained built-in's
+    description | None, "variant", "device", "events": {kind: n},
     "kernel_ns": {device: ns},
     "noise": why the latency samples are noisy (None when they are not),
     "ops": n, "memory_peak_bytes": {device: n}, "latency_ms": {...}, "throughput": {...},
@@ -52,6 +53,7 @@ def run_summary(bundle: Bundle, top: int = 10, *, all_ops: bool = False) -> dict
         "experiment": record.experiment,
         "model": record.model_name,
         "weights": record.model_weights,
+        "training": record.model_training,
         "variant": record.variant_name,
         "device": record.device,
         "created": record.created,

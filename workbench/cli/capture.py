@@ -125,7 +125,9 @@ def capture_table(experiment_id: str, runs: list[dict[str, Any]]) -> TextTable:
                        Cell(format_number(run.get("speedup"), "x")), run.get("first_call_s"), run.get("sqnr_db"),
                        run.get("top1_agreement"), run.get("run_id") or "-") for run in runs)
     random = any(run.get("weights") == "random" for run in runs)
-    title = f"experiment {experiment_id}" + (f" · {RANDOM_WEIGHTS_NOTE}" if random else "")
+    trained = next((run["training"] for run in runs if run.get("training")), None)
+    title = f"experiment {experiment_id}" + (f" · {RANDOM_WEIGHTS_NOTE}" if random else "") + \
+        (f" · model {trained}" if trained else "")
     return TextTable(title, CAPTURE_COLUMNS, rows, left=frozenset({"variant", "status", "run"}))
 
 

@@ -253,6 +253,8 @@ def _print_summary(s: dict[str, Any], *, wide: bool = False, all_ops: bool = Fal
     out.print(Text.assemble((s["run"], "bold"), f"  model {model_label(s['model'], s.get('weights')) or '-'}  "
                             f"variant {s['variant'] or '-'}  "
                             f"device {s['device']}  status {s['status']}"))
+    if s.get("training"):
+        out.print(f"  {s['model']} {s['training']}")
     if s.get("error"):
         err.print(labelled("error:", "red", s["error"]))
     for warning in s.get("warnings") or ():

@@ -59,6 +59,8 @@ def dashboard(bundle: Bundle, *, width: int = 1200, max_spans: int = 20_000, dev
     if record.p50_ms is not None:
         noise = latency_noise(record.benchmark)
         title += f" · p50 {record.p50_ms:.3g} ms" + (f" (noisy: {noise.reason})" if noise and noise.noisy else "")
+    if record.model_training:
+        title += f" · {record.model_training}"
     heading = Div(text=title, render_as_text=True, styles={"font-weight": "bold", "font-size": "14px"})
     if not bundle.has_trace:
         reason = record.error or "it was captured without a profiler (--no-profile)"

@@ -69,6 +69,8 @@ def experiments_view(bundles: Sequence[Bundle], reference: str = "eager", *, bas
     colors = {v: Category10_10[i % 10] for i, v in enumerate(names)}
     traces = {name: b.trace() for name, b in zip(names, bundles, strict=True) if b.has_trace}
     note = f"; {RANDOM_WEIGHTS_NOTE}" if any(b.record.model_weights == "random" for b in bundles) else ""
+    trained = next((b.record.model_training for b in bundles if b.record.model_training), None)
+    note += f"; model {trained}" if trained else ""
     parts: list = [Div(text=f"{len(bundles)} runs ({', '.join(names)}) compared against {against_name}{note}",
                        render_as_text=True, width=width)]
     plots = []

@@ -177,6 +177,12 @@ class RunInfo(_Record):
         return _text((self.model or {}).get("weights"))
 
     @property
+    def model_training(self) -> str | None:
+        """A trained built-in's description ("trained on ..., held-out perplexity X"); None for other weights."""
+        training = (self.model or {}).get("training")
+        return _text(training.get("description")) if isinstance(training, dict) else None
+
+    @property
     def variant_name(self) -> str | None:
         """The variant's name (None for a plain import)."""
         return _text((_named(self.variant) or {}).get("name"))
