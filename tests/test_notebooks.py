@@ -104,7 +104,7 @@ def test_notebooks_are_stored_clean():
     """Stored without outputs (they are made by running), valid, each with the Python 3 kernel."""
     names = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
     assert names == ["01-quick-start", "02-fusion", "03-quantization", "04-import-traces", "05-app", "06-real-models",
-                     "07-many-ranks"]
+                     "07-many-ranks", "08-quantization"]
     for name in names:
         nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
         nbformat.validate(nb)
@@ -205,6 +205,17 @@ def test_quantization(tmp_path):
         assert float(rows[variant]["max_abs_error"]) > 0 and float(rows[variant]["speedup"]) > 0
     assert float(rows["int8"]["first_call_s"]) > float(rows["bf16"]["first_call_s"])  # compiled
     assert_plot(outputs(nb, "views"))
+
+
+def test_quantization_lab(tmp_path):
+    nb = execute("08-quantization", tmp_path / "traces")
+    assert_ran_clean(nb)
+    worst = table(outputs(nb, "worst"))
+    assert len(worst) == 8 and all(float(row["sqnr_db"]) > 0 for row in worst)
+    kinds = {(row["tensor"], row["format"]) for row in table(outputs(nb, "kinds"))}
+    assert ("kv", "nvfp4") in kinds and ("linear.weight", "int4/group32") in kinds
+    assert_plot(outputs(nb, "recipes"))
+    assert "kept in bf16:" in "".join(o.get("text", "") for o in outputs(nb, "plan"))
 
 
 def test_import_traces_without_fixtures(tmp_path):

@@ -5,7 +5,8 @@ baseline, as `workbench diff --json`), `wb.fusion`, `wb.fusion_detail`, and SQL 
 a distributed job: `wb.ranks` (the per-rank table), `wb.show_ranks` (its view). A sweep (`wb.capture(batch=[1, 2,
 4], seq=[128, 512])`) has its curves as DataFrames: `wb.sweep_table`, `wb.crossovers`, `wb.pareto`. Serving runs
 (`workbench serve`, or `wb.serve` here) have their views in `wb.show_serving`. The quantization lab:
-`wb.quant_sensitivity` (which layers and tensors take which format) and `wb.quant_compare` (recipes side by side).
+`wb.quant_sensitivity` (which layers and tensors take which format), `wb.quant_compare` (recipes side by side) and
+`wb.quant_plan` (mixed precision under an error budget).
 
 A run is named as everywhere: a run id (under `root`, default `$WORKBENCH_TRACES` or ./traces), a bundle
 path, a `Bundle`, or what `wb.capture` returned (a list of bundles; a one-run function takes a list of
@@ -348,6 +349,20 @@ def quant_compare(model: str = "tiny-gpt", recipes: Sequence[str] | None = None,
     if show:
         _render(recipes_view(task.about, table, device=device))
     return table
+
+
+def quant_plan(model: str = "tiny-gpt", fmt: str = "int4/group32", *, min_sqnr_db: float | None = None,
+               max_kl: float | None = None, weights: str | None = None, batch: int = 4, seq: int | None = None,
+               **overrides: Any) -> Any:
+    """The fewest layers of `model` to keep in bf16 so that every other Linear weight can be stored in `fmt`
+    within the budget (output SQNR at least `min_sqnr_db`, KL at most `max_kl`): a
+    `workbench.quant.plan.Plan` with its recipe, the layers kept, the error reached, the weight bytes and each
+    step of the search (`.steps`, a DataFrame)."""
+    from workbench.quant import lab
+    from workbench.quant.plan import mixed_precision_plan
+
+    task = lab.quant_task(model, weights=weights, batch=batch, seq=seq, overrides=overrides)
+    return mixed_precision_plan(task.module, task.inputs, fmt, min_sqnr_db=min_sqnr_db, max_kl=max_kl)
 
 
 def _rank_aggregates(experiment: str, root: str | Path | None, cluster: str, threshold: float) -> Any:
