@@ -12,6 +12,7 @@ from workbench.backends.numerics import compare_outputs  # noqa: E402
 from workbench.hardware.specs import device_spec  # noqa: E402
 from workbench.quant.cost import kv_cache_bytes, measured_kv_bytes, projected_time, weight_footprint  # noqa: E402
 from workbench.quant.formats import fake_quantize, parse_spec, storage_bytes  # noqa: E402
+from workbench.quant.layers import layer_work  # noqa: E402
 from workbench.quant.outliers import activation_outliers, smoothing, smoothing_scales  # noqa: E402
 from workbench.quant.plan import mixed_precision_plan  # noqa: E402
 from workbench.quant.recipe import quantized  # noqa: E402
@@ -103,14 +104,18 @@ def test_weight_footprint_and_projected_time(gpt):
     assert footprint.loc["tok_emb.weight", "format"] == "bf16"
     assert footprint["params"].sum() == sum(p.numel() for p in model.parameters())
     b200, h100 = device_spec("b200"), device_spec("h100")
-    fp4 = projected_time(model, "linear.weight=nvfp4,linear.input=nvfp4", b200, tokens=4096).set_index("layer")
+    tokens = torch.zeros(8, 512, dtype=torch.long)  # 4096 rows into every Linear
+    work = layer_work(model, (tokens,))
+    fp4 = projected_time(model, "linear.weight=nvfp4,linear.input=nvfp4", b200, work).set_index("layer")
     row = fp4.loc["blocks.0.mlp.fc_in"]
     assert row["compute_dtype"] == "fp4" and row["flops"] == 2 * 4096 * fc.shape[1] * fc.shape[0]
+    assert row["bytes"] == (storage_bytes(parse_spec("nvfp4"), tuple(fc.shape))
+                            + storage_bytes(parse_spec("nvfp4"), (4096, fc.shape[1])) + 2 * 4096 * fc.shape[0])
     assert row["compute_s"] == pytest.approx(row["flops"] / b200.peak_flops["fp4"])
     assert row["time_s"] == max(row["compute_s"], row["memory_s"])
-    on_h100 = projected_time(model, "linear.weight=nvfp4,linear.input=nvfp4", h100, tokens=4096)
+    on_h100 = projected_time(model, "linear.weight=nvfp4,linear.input=nvfp4", h100, work)
     assert (on_h100["compute_dtype"] == "bf16").all() and on_h100["note"].str.contains("no fp4 units").all()
-    weight_only = projected_time(model, "linear.weight=int4/group32", b200, tokens=1)
+    weight_only = projected_time(model, "linear.weight=int4/group32", b200, work)
     assert (weight_only["compute_dtype"] == "bf16").all()
 
 

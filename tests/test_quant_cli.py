@@ -61,7 +61,7 @@ def test_text_report_names_the_sections():
     result = quant("--formats", "int8/channel", "--quant", "linear.weight=nvfp4,kv=fp8-e4m3/head", "--no-measure",
                    "--budget", "kl=1")
     assert result.exit_code == 0, result.output
-    for words in ("recipes: accuracy against the fp32 model", "most sensitive layers", "tensor kinds",
+    for words in ("KV: the KV cache): accuracy against the fp32 model", "most sensitive layers", "tensor kinds",
                   "activation outliers", "plan: int4/group32 with budget kl=1: meets"):
         assert words in result.stdout
 
@@ -69,7 +69,7 @@ def test_text_report_names_the_sections():
 @pytest.mark.parametrize("args, words", [
     (["--formats", "fp9"], "unknown format 'fp9'"),
     (["--formats", "int8/rows"], "unknown granularity 'rows'"),
-    (["--quant", "blocks.*.qkv.weight=int8"], "blocks.*.qkv.weight=int8/tensor match no Linear"),
+    (["--quant", "blocks.*.qkv.weight=int8"], "blocks.*.qkv.weight=int8/tensor match no layer"),
     (["--quant", "linear.weight=int4/group48"], "recipe entry 'linear.weight=int4/group48' at "),
     (["--quant", "linear.bias=int8"], "names no tensor"),
     (["--budget", "sqnr=high"], "--budget 'sqnr=high': 'high' is no number"),

@@ -24,9 +24,12 @@ def gpt():
 def test_recipes_parse_and_the_last_rule_naming_a_tensor_wins():
     recipe = parse_recipe("linear.weight=int8/channel, blocks.1.*.weight=nvfp4,kv=fp8-e4m3/head,p=fp8-e5m2")
     assert str(recipe) == "linear.weight=int8/channel,blocks.1.*.weight=nvfp4,kv=fp8-e4m3/head,p=fp8-e5m2/tensor"
-    assert str(recipe.linear("blocks.0.mlp.fc_in", "weight")) == "int8/channel"
-    assert str(recipe.linear("blocks.1.mlp.fc_in", "weight")) == "nvfp4"
-    assert recipe.linear("blocks.1.mlp.fc_in", "input") is None
+    linear, conv = torch.nn.Linear(2, 2), torch.nn.Conv2d(2, 2, 3)
+    assert str(recipe.layer("blocks.0.mlp.fc_in", linear, "weight")) == "int8/channel"
+    assert str(recipe.layer("blocks.1.mlp.fc_in", linear, "weight")) == "nvfp4"
+    assert recipe.layer("blocks.1.mlp.fc_in", linear, "input") is None
+    assert recipe.layer("features.0", conv, "weight") is None  # `linear` names Linears only
+    assert str(parse_recipe("conv.weight=int8").layer("features.0", conv, "weight")) == "int8/tensor"
     assert str(recipe.attention("k")) == str(recipe.attention("v")) == "fp8-e4m3/head"
     assert recipe.attention("q") is None
     for bad, words in [("linear=int8", "names no tensor"), ("kv", "not TARGET=FORMAT"), ("", "empty recipe"),
@@ -101,5 +104,24 @@ def test_fewer_bits_cost_more_accuracy_on_the_model(gpt):
 
 def test_a_rule_that_matches_nothing_is_an_error(gpt):
     model, _ = gpt
-    with pytest.raises(FormatError, match=r"attn\.qkv\.weight=int8/tensor match no Linear .* blocks\.0\.attn\.q_proj"):
+    with pytest.raises(FormatError, match=r"attn\.qkv\.weight=int8/tensor match no layer .* blocks\.0\.attn\.q_proj"):
         quantized(model, "blocks.*.attn.qkv.weight=int8")
+
+
+def test_convolutions_are_scaled_as_their_implicit_gemm():
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 1))
+    images = torch.randn(2, 4, 10, 10)
+    q = quantized(model, "conv.weight=int4/channel,0.weight=int4/group36,conv.input=fp8-e4m3/token")
+    first = model[0].weight
+    # the [8, 4·3·3] GEMM matrix in groups of 36: one scale per output channel here
+    assert torch.equal(q.model[0].weight, fake_quantize(first.reshape(8, 36), "int4/group36").reshape(first.shape))
+    seen = {}
+    q.model[2].register_forward_pre_hook(lambda _m, args: seen.setdefault("x", args[0]))
+    q(images)
+    # the second conv's input: one FP8 scale per pixel's channel vector (channels-last tokens)
+    pixels = seen["x"].movedim(1, -1)
+    assert torch.equal(pixels, fake_quantize(pixels, "fp8-e4m3/token"))
+    second = model[2].weight  # a 1×1 conv: [8, 8]
+    assert torch.equal(q.model[2].weight, fake_quantize(second.reshape(8, 8), "int4/channel").reshape(second.shape))
+    assert q.reached == {"conv.weight=int4/channel": 2, "0.weight=int4/group36": 1, "conv.input=fp8-e4m3/token": 2}

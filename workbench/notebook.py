@@ -345,7 +345,8 @@ def quant_compare(model: str = "tiny-gpt", recipes: Sequence[str] | None = None,
     from workbench.views.quant import recipes_view
 
     task = lab.quant_task(model, weights=weights, batch=batch, seq=seq, overrides=overrides)
-    table = lab.compare_recipes(task, recipes or lab.DEFAULT_RECIPES, device=device, measure=measure)
+    table = lab.compare_recipes(task, recipes or lab.DEFAULT_RECIPES, device=device, measure=measure,
+                                strict=recipes is not None)
     if show:
         _render(recipes_view(task.about, table, device=device))
     return table

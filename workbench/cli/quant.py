@@ -96,7 +96,8 @@ def quant(model: str, weights: str | None, formats: tuple[str, ...], recipes: tu
             with reading_status(f"scanning every layer × {len(formats)} formats", as_json):
                 sensitivity = lab.sensitivity_scan(task, formats)
         with reading_status("comparing recipes", as_json):
-            table = lab.compare_recipes(task, recipes or lab.DEFAULT_RECIPES, device=device, measure=measure)
+            table = lab.compare_recipes(task, recipes or lab.DEFAULT_RECIPES, device=device, measure=measure,
+                                        strict=bool(recipes))  # the user's own recipes must apply whole
         plan = None
         if budget_values:
             from workbench.quant.plan import mixed_precision_plan

@@ -6,7 +6,8 @@ Linears (embeddings, norms, biases) count in `base` (bf16 by default). The KV ca
 is the closed form and `measured_kv_bytes` stores the K and V a forward actually produces, so the two can be
 checked against each other.
 
-`projected_time` is a roofline per Linear on a device of the hardware table: the matmul runs at the device's
+`projected_time` is a roofline per layer (a Linear, or a convolution's implicit GEMM; sizes measured on one
+forward, `layers.layer_work`) on a device of the hardware table: the matmul runs at the device's
 peak for the narrowest dtype both operands are stored in (FP8 × FP8 on FP8 tensor cores, MXFP4/NVFP4 × same on
 FP4 ones, INT8 × INT8 on INT8 units; a weight-only format computes in bf16 after dequantizing), and reads its
 weight and activations at the memory bandwidth; the time is the larger of the two. It is labelled projected: no
@@ -25,8 +26,8 @@ from torch import nn
 
 from workbench.hardware.device import DeviceSpec
 from workbench.quant.formats import QuantSpec, parse_spec, storage_bytes
+from workbench.quant.layers import weight_layers
 from workbench.quant.recipe import Recipe, parse_recipe
-from workbench.quant.sensitivity import linear_layers
 
 COMPUTE_DTYPE = {"e4m3": "fp8", "e5m2": "fp8", "e2m1": "fp4", "int8": "int8", "int4": "int4", "fp16": "fp16",
                  "e2m3": "fp8", "e3m2": "fp8"}
@@ -35,17 +36,19 @@ units, as on B200); anything else computes in bf16."""
 
 
 def weight_footprint(model: nn.Module, recipe: Recipe | str | None, *, base: str = "bf16") -> pd.DataFrame:
-    """Per parameter tensor: | tensor | params | format | bytes |, weights of the recipe's Linears in their
-    formats and every other parameter in `base`."""
+    """Per parameter tensor: | tensor | params | format | bytes |, weights of the recipe's layers in their
+    formats (as their GEMM's [N, K] matrix) and every other parameter in `base`."""
     recipe = parse_recipe(recipe) if isinstance(recipe, str) else recipe
     base_spec = parse_spec(base)
-    chosen = {f"{name}.weight": recipe.linear(name, "weight") if recipe else None
-              for name, _ in linear_layers(model)}
+    chosen = {f"{name}.weight": recipe.layer(name, module, "weight") if recipe else None
+              for name, module in weight_layers(model)}
     rows = []
     for name, param in model.named_parameters():
-        spec = chosen.get(name) or base_spec
+        spec = chosen.get(name)
+        shape = (param.shape[0], param[0].numel()) if spec is not None else tuple(param.shape)  # the GEMM's [N, K]
+        spec = spec or base_spec
         rows.append({"tensor": name, "params": param.numel(), "format": str(spec),
-                     "bytes": storage_bytes(spec, tuple(param.shape))})
+                     "bytes": storage_bytes(spec, shape)})
     return pd.DataFrame(rows)
 
 
@@ -104,25 +107,28 @@ def measured_kv_bytes(model: nn.Module, inputs: Sequence[Any], spec: QuantSpec |
     return sum(sizes)
 
 
-def projected_time(model: nn.Module, recipe: Recipe | str | None, device: DeviceSpec, *, tokens: int) -> pd.DataFrame:
-    """Per Linear for `tokens` rows of input: | layer | flops | bytes | compute_dtype | compute_s | memory_s |
-    time_s | bound | note |, a roofline on `device` (see the module docstring); projected, not measured."""
+def projected_time(model: nn.Module, recipe: Recipe | str | None, device: DeviceSpec,
+                   work: pd.DataFrame) -> pd.DataFrame:
+    """Per layer of `work` (`layers.layer_work` of one forward): | layer | flops | bytes | compute_dtype |
+    compute_s | memory_s | time_s | bound | note |, a roofline on `device` (see the module docstring); projected,
+    not measured."""
     recipe = parse_recipe(recipe) if isinstance(recipe, str) else recipe
     bf16 = parse_spec("bf16")
+    modules = dict(weight_layers(model))
     rows = []
-    for name, layer in linear_layers(model):
-        weight = (recipe.linear(name, "weight") if recipe else None) or bf16
-        act = (recipe.linear(name, "input") if recipe else None) or bf16
+    for w in work.itertuples(index=False):
+        layer = modules[w.layer]
+        weight = (recipe.layer(w.layer, layer, "weight") if recipe else None) or bf16
+        act = (recipe.layer(w.layer, layer, "input") if recipe else None) or bf16
         dtype = _compute_dtype(weight, act)
-        flops = 2.0 * tokens * layer.in_features * layer.out_features
-        nbytes = (storage_bytes(weight, tuple(layer.weight.shape))
-                  + storage_bytes(act, (tokens, layer.in_features)) + 2 * tokens * layer.out_features)
+        nbytes = (storage_bytes(weight, (w.n, w.k)) + storage_bytes(act, (w.input_rows, w.input_features))
+                  + 2 * w.m * w.n)
         note = ""
         if dtype not in device.peak_flops:  # no such units (FP4 on H100): the kernel dequantizes to bf16
             note, dtype = f"no {dtype} units on {device.name}: computed in bf16", "bf16"
         used, peak = device.peak(dtype)
-        compute, memory = flops / peak, nbytes / device.memory_bw_bytes_per_s
-        rows.append({"layer": name, "flops": flops, "bytes": nbytes, "compute_dtype": used, "compute_s": compute,
+        compute, memory = w.flops / peak, nbytes / device.memory_bw_bytes_per_s
+        rows.append({"layer": w.layer, "flops": w.flops, "bytes": nbytes, "compute_dtype": used, "compute_s": compute,
                      "memory_s": memory, "time_s": max(compute, memory),
                      "bound": "compute" if compute >= memory else "memory", "note": note})
     return pd.DataFrame(rows)

@@ -26,7 +26,8 @@ from workbench.errors import WorkbenchError
 from workbench.hardware import resolve_device_spec
 from workbench.hardware.device import DeviceSpec
 from workbench.quant.cost import cache_layouts, kv_cache_bytes, projected_time, weight_footprint
-from workbench.quant.formats import parse_spec
+from workbench.quant.formats import FormatError, parse_spec
+from workbench.quant.layers import layer_work
 from workbench.quant.outliers import activation_outliers, channel_profile, smoothing
 from workbench.quant.recipe import Recipe, parse_recipe, quantized
 from workbench.quant.sensitivity import (
@@ -42,22 +43,23 @@ DEFAULT_FORMATS = ("fp8-e4m3/channel", "mxfp8", "mxfp6", "mxfp4", "nvfp4", "int8
 """What a sensitivity scan tries by default: the formats of current GPUs' weights."""
 
 DEFAULT_RECIPES = (
-    "linear.weight=bf16,linear.input=bf16",
-    "linear.weight=int8/channel",
-    "linear.weight=int8/channel,linear.input=int8/token",
-    "linear.weight=fp8-e4m3/channel,linear.input=fp8-e4m3/token,kv=fp8-e4m3/head",
-    "linear.weight=mxfp6,linear.input=mxfp8",
-    "linear.weight=mxfp4,linear.input=mxfp8",
-    "linear.weight=nvfp4,linear.input=nvfp4,kv=nvfp4",
-    "linear.weight=int4/group32/asym",
+    "*.weight=bf16,*.input=bf16",
+    "*.weight=int8/channel",
+    "*.weight=int8/channel,*.input=int8/token",
+    "*.weight=fp8-e4m3/channel,*.input=fp8-e4m3/token,kv=fp8-e4m3/head",
+    "*.weight=mxfp6,*.input=mxfp8",
+    "*.weight=mxfp4,*.input=mxfp8",
+    "*.weight=nvfp4,*.input=nvfp4,kv=nvfp4",
+    "*.weight=int4/group32/asym",
 )
-"""What `compare_recipes` lays side by side by default (the fp32 reference comes first)."""
+"""What `compare_recipes` lays side by side by default (the fp32 reference comes first): `*` names every layer,
+Linears and convolutions; a rule on `kv` applies where the model has attention."""
 
 
 @dataclass
 class QuantTask:
     """A model and what it is measured on: calibration `inputs` (one forward), a held-out `evaluate` with its
-    `metric` name (None: output error only), `about` (how its weights came to be), `tokens` per forward."""
+    `metric` name (None: output error only), `about` (how its weights came to be)."""
 
     name: str
     module: nn.Module
@@ -66,7 +68,6 @@ class QuantTask:
     metric: str | None = None
     evaluate: Evaluate | None = None
     higher_is_better: bool = False
-    tokens: int = 1
     facts: dict[str, Any] = field(default_factory=dict)
 
 
@@ -86,17 +87,16 @@ def quant_task(model: str = "tiny-gpt", *, weights: str | None = None, batch: in
     loaded = load_model(model, **overrides)
     inputs = tuple(loaded.make_inputs(batch=batch, seq=seq) if loaded.default_seq is not None
                    else loaded.make_inputs(batch=batch))
-    tokens = batch * (seq or loaded.default_seq or 1)
     module = loaded.module.eval()
     if loaded.weights != "trained":
-        return QuantTask(loaded.name, module, inputs, tokens=tokens, about=(
+        return QuantTask(loaded.name, module, inputs, about=(
             f"{loaded.name}: {loaded.weights} weights: accuracy is the output's error against the fp32 model "
             "alone (tiny-gpt and convnet have trained weights with held-out data: --weights trained)"))
     training = loaded.training or {}
     metric = str(training.get("metric", "held-out score"))
     return QuantTask(loaded.name, module, inputs, about=f"{loaded.name}: {training.get('description', 'trained')}",
                      metric=metric, evaluate=lambda m: held_out_score(loaded.name, loaded.config, m),
-                     higher_is_better=metric.endswith("top-1"), tokens=tokens, facts=training)
+                     higher_is_better=metric.endswith("top-1"), facts=training)
 
 
 @dataclass(frozen=True)
@@ -162,46 +162,66 @@ def _torchao(config: str) -> RealKernel:
     return build
 
 
-REAL_KERNELS: dict[str, RealKernel] = {
-    "linear.weight=bf16,linear.input=bf16": _bf16,
-    "linear.weight=int8/channel": _torchao("Int8WeightOnlyConfig"),
-    "linear.weight=int8/channel,linear.input=int8/token": _torchao("Int8DynamicActivationInt8WeightConfig"),
+REAL_KERNELS: dict[str, tuple[RealKernel, bool]] = {
+    "*.weight=bf16,*.input=bf16": (_bf16, True),
+    "*.weight=int8/channel": (_torchao("Int8WeightOnlyConfig"), False),
+    "*.weight=int8/channel,*.input=int8/token": (_torchao("Int8DynamicActivationInt8WeightConfig"), False),
 }
-"""Recipes (canonical text) with a real CPU kernel whose latency can be measured beside the fp32 model; the others
-are emulated only and their time is projected."""
+"""Recipes (canonical text) with a real CPU kernel whose latency can be measured beside the fp32 model, and whether
+that kernel covers convolutions too (autocast does; torchao's int8 configs quantize Linears only, so on a model
+with convolutions they would run a different recipe: it is left emulated). The others are emulated only and their
+time is projected."""
 
 
 def compare_recipes(task: QuantTask, recipes: Sequence[str] = DEFAULT_RECIPES, *, device: str = "b200",
-                    measure: bool = True, iterations: int = 20, warmup: int = 3,
-                    kv_context: int = 4096) -> pd.DataFrame:
+                    measure: bool = True, iterations: int = 20, warmup: int = 3, kv_context: int = 4096,
+                    strict: bool = True) -> pd.DataFrame:
     """Per recipe (the fp32 reference first): | recipe | sqnr_db | kl | metric | metric_delta | weight_bytes |
     kv_bytes_per_token | projected_us | measured_ms | kernel |. Latencies of the reference and the recipes with a
-    real kernel are measured interleaved in one benchmark (medians); projections are on `device`."""
+    real kernel are measured interleaved in one benchmark (medians); projections are on `device`. A recipe the
+    model's tensors cannot take (groups that do not divide a layer) raises `FormatError` when `strict`, else its
+    row says why in `kernel` and has no figures."""
     parsed = [parse_recipe(r) for r in recipes]  # every bad recipe fails before any work
     spec = resolve_device_spec(device)
     with torch.no_grad():
         reference = task.module(*task.inputs)
     base_metric = task.evaluate(task.module) if task.evaluate else None
-    rows = [_recipe_row(task, None, "fp32 (reference)", reference, base_metric, spec, kv_context)]
+    work = layer_work(task.module, task.inputs)
+    has_conv = (work["kind"] == "conv").any()
+    rows = [_recipe_row(task, None, "fp32 (reference)", reference, base_metric, spec, work, kv_context)]
     workloads = {"fp32 (reference)": Workload(lambda: task.module(*task.inputs))}
     kernels = {"fp32 (reference)": "torch eager fp32"}
     for recipe in parsed:
         name = str(recipe)
-        rows.append(_recipe_row(task, recipe, name, reference, base_metric, spec, kv_context))
-        if measure and name in REAL_KERNELS:
-            run, kernels[name] = REAL_KERNELS[name](task.module)
+        try:
+            rows.append(_recipe_row(task, recipe, name, reference, base_metric, spec, work, kv_context))
+        except FormatError as cannot:
+            if strict:
+                raise
+            rows.append({"recipe": name})
+            kernels[name] = f"cannot: {cannot}"
+            continue
+        # without convolutions, `linear.` names every layer, as `*.` does
+        key = name if has_conv else name.replace("linear.weight=", "*.weight=").replace("linear.input=", "*.input=")
+        kernel, covers_conv = REAL_KERNELS.get(key, (None, True))
+        if measure and kernel is not None and (covers_conv or not has_conv):
+            run, kernels[name] = kernel(task.module)
             workloads[name] = Workload(lambda run=run: run(*task.inputs))
+        elif kernel is not None and has_conv and not covers_conv:
+            kernels[name] = "emulated only: the int8 kernel quantizes Linears, not this model's convolutions"
     table = pd.DataFrame(rows)
+    measured = {}
     if measure:
         with torch.no_grad():
-            stats = run_benchmark(workloads, warmup=warmup, iterations=iterations)
-        table["measured_ms"] = table["recipe"].map({name: s.p50 for name, s in stats.items()})
-        table["kernel"] = table["recipe"].map(kernels).fillna("emulated only: no real kernel here")
+            measured = {name: s.p50 for name, s in run_benchmark(workloads, warmup=warmup,
+                                                                  iterations=iterations).items()}
+    table["measured_ms"] = table["recipe"].map(measured).astype(float)
+    table["kernel"] = table["recipe"].map(kernels).fillna("emulated only: no real kernel here")
     return table
 
 
 def _recipe_row(task: QuantTask, recipe: Recipe | None, name: str, reference: torch.Tensor,
-                base_metric: float | None, spec: DeviceSpec, kv_context: int) -> dict[str, Any]:
+                base_metric: float | None, spec: DeviceSpec, work: pd.DataFrame, kv_context: int) -> dict[str, Any]:
     """One recipe's accuracy (against the reference's output and the held-out metric), bytes and projection; the
     reference (`recipe` None) in fp32, unprojected (the bf16 recipe is the projected baseline)."""
     model = quantized(task.module, recipe) if recipe is not None else task.module
@@ -218,4 +238,4 @@ def _recipe_row(task: QuantTask, recipe: Recipe | None, name: str, reference: to
             "kv_bytes_per_token": kv_cache_bytes(task.module, kv, batch=1, context=kv_context) / kv_context
             if cache_layouts(task.module) else None,
             "projected_us": None if recipe is None
-            else float(projected_time(task.module, recipe, spec, tokens=task.tokens)["time_s"].sum()) * 1e6}
+            else float(projected_time(task.module, recipe, spec, work)["time_s"].sum()) * 1e6}

@@ -21,7 +21,7 @@ from torch import nn
 
 from workbench.backends.numerics import compare_outputs
 from workbench.quant.formats import fake_quantize
-from workbench.quant.sensitivity import linear_layers
+from workbench.quant.layers import weight_layers
 
 MAX_ROWS = 4096
 """Input rows (tokens, or samples) kept per layer: enough for channel statistics, bounded whatever the data."""
@@ -33,11 +33,11 @@ def layer_inputs(model: nn.Module, inputs: Sequence[Any], *, max_rows: int = MAX
     seen: dict[str, torch.Tensor] = {}
 
     def keep(name: str):
-        def hook(_module: nn.Module, args: tuple[Any, ...]) -> None:  # returns None: the input passes unchanged
-            seen.setdefault(name, _rows(args[0], max_rows))
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:  # returns None: the input passes unchanged
+            seen.setdefault(name, _rows(args[0], module, max_rows))
         return hook
 
-    handles = [layer.register_forward_pre_hook(keep(name)) for name, layer in linear_layers(model)]
+    handles = [layer.register_forward_pre_hook(keep(name)) for name, layer in weight_layers(model)]
     try:
         with torch.no_grad():
             model.eval()(*inputs)
@@ -47,8 +47,12 @@ def layer_inputs(model: nn.Module, inputs: Sequence[Any], *, max_rows: int = MAX
     return seen
 
 
-def _rows(x: torch.Tensor, max_rows: int) -> torch.Tensor:
-    rows = x.detach().float().reshape(-1, x.shape[-1])
+def _rows(x: torch.Tensor, module: nn.Module, max_rows: int) -> torch.Tensor:
+    """`x` as the [rows, channels] matrix the layer's GEMM reads (a convolution's input channels-last)."""
+    x = x.detach().float()
+    if not isinstance(module, nn.Linear) and x.ndim >= 3:
+        x = x.movedim(1, -1)
+    rows = x.reshape(-1, x.shape[-1])
     if len(rows) > max_rows:
         rows = rows[torch.linspace(0, len(rows) - 1, max_rows).long()]
     return rows
@@ -67,8 +71,8 @@ def outlier_ratio(absmax: torch.Tensor) -> float:
 
 def activation_outliers(model: nn.Module, inputs: Sequence[Any], *, fmt: str = "int8/tensor",
                         top: int = 4) -> pd.DataFrame:
-    """Per Linear: | layer | channels | absmax | median_absmax | ratio | top_channels | sqnr_db |, `sqnr_db` of its
-    input stored in `fmt`; sorted by ratio, highest first."""
+    """Per layer (a convolution's input channels-last): | layer | channels | absmax | median_absmax | ratio |
+    top_channels | sqnr_db |, `sqnr_db` of its input stored in `fmt`; sorted by ratio, highest first."""
     rows = []
     for name, x in layer_inputs(model, inputs).items():
         absmax = channel_absmax(x)
@@ -89,11 +93,14 @@ def smoothing_scales(x_absmax: torch.Tensor, weight: torch.Tensor, alpha: float 
 
 def smoothing(model: nn.Module, inputs: Sequence[Any], *, alpha: float = 0.5, fmt: str = "int8/tensor",
               weight_fmt: str = "int8/channel") -> pd.DataFrame:
-    """Per Linear, before and after SmoothQuant scaling: | layer | ratio_before | ratio_after | sqnr_before_db |
-    sqnr_after_db | gain_db |, the SQNR of X·Wᵀ with X in `fmt` and W in `weight_fmt` against the exact product."""
-    layers = dict(linear_layers(model))
+    """Per Linear (SmoothQuant's migration is a matmul's), before and after SmoothQuant scaling: | layer |
+    ratio_before | ratio_after | sqnr_before_db | sqnr_after_db | gain_db |, the SQNR of X·Wᵀ with X in `fmt` and W
+    in `weight_fmt` against the exact product."""
+    layers = {name: m for name, m in weight_layers(model) if isinstance(m, nn.Linear)}  # SmoothQuant: Linears
     rows = []
     for name, x in layer_inputs(model, inputs).items():
+        if name not in layers:
+            continue
         weight = layers[name].weight.detach().float()
         exact = x @ weight.T
         absmax = channel_absmax(x)
@@ -112,10 +119,10 @@ def channel_profile(model: nn.Module, inputs: Sequence[Any], layers: Sequence[st
                     alpha: float = 0.5) -> pd.DataFrame:
     """Per named Linear and input channel: | layer | channel | absmax | smoothed_absmax |, the channel's largest
     |input| before and after SmoothQuant scaling (what the outlier-channel plot draws)."""
-    modules = dict(linear_layers(model))
+    modules = dict(weight_layers(model))
     frames = []
     for name, x in layer_inputs(model, inputs).items():
-        if name not in layers:
+        if name not in layers or not isinstance(modules[name], nn.Linear):
             continue
         absmax = channel_absmax(x)
         smoothed = absmax / smoothing_scales(absmax, modules[name].weight, alpha)

@@ -3,14 +3,15 @@
 A recipe is text, one `TARGET=SPEC` per comma (`linear.weight=nvfp4,kv=fp8-e4m3/head`); SPEC is a
 `workbench.quant.formats` spec. TARGET names a tensor kind:
 
-- `PATTERN.weight` / `PATTERN.input`: the weight, or the input activation, of every `nn.Linear` whose qualified
-  name matches PATTERN (`fnmatch`: `blocks.*.mlp.*`, `lm_head`; `linear` matches every Linear);
+- `PATTERN.weight` / `PATTERN.input`: the weight, or the input activation, of every Linear or convolution whose
+  qualified name matches PATTERN (`fnmatch`: `blocks.*.mlp.*`, `lm_head`; `linear` matches every Linear, `conv`
+  every convolution; `workbench.quant.layers` says how a convolution's tensors meet a format);
 - `kv`, `k`, `v`: the keys and values attention reads (the KV cache: what it stores is what attention reads back);
 - `q`: the queries (with `k`, the Q·Kᵀ operands); `p`: the softmax output before P·V.
 
 `quantized(model, recipe)` returns a copy of the model whose weights are stored in their formats and whose
 activations and attention operands are rounded on the way, as the hardware would: weights once, activations
-by forward pre-hooks on the Linears, attention operands inside `F.scaled_dot_product_attention`, which the copy
+by forward pre-hooks on the layers, attention operands inside `F.scaled_dot_product_attention`, which the copy
 runs as explicit Q·Kᵀ, softmax and P·V when `q`, `k`, `v` or `p` is in the recipe (any model that calls SDPA:
 the built-ins, Hugging Face's SDPA attention). Attention computed another way is not reached: `Quantized.reached`
 says which targets matched something, so a recipe that quantizes nothing is an error, not a silent no-op.
@@ -31,6 +32,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from workbench.quant.formats import FormatError, QuantSpec, fake_quantize, parse_spec
+from workbench.quant.layers import LAYER_KINDS, quantize_input, quantize_weight, weight_layers
 
 ATTENTION_TARGETS = ("q", "k", "v", "p")
 """Attention operands a recipe may name (`kv` is `k` and `v`)."""
@@ -38,7 +40,7 @@ ATTENTION_TARGETS = ("q", "k", "v", "p")
 
 @dataclass(frozen=True)
 class Rule:
-    """One `TARGET=SPEC` of a recipe: a Linear name pattern with `weight`/`input`, or an attention operand."""
+    """One `TARGET=SPEC` of a recipe: a layer name pattern with `weight`/`input`, or an attention operand."""
 
     target: str
     spec: QuantSpec
@@ -48,9 +50,11 @@ class Rule:
     def __str__(self) -> str:
         return f"{self.target}={self.spec}"
 
-    def matches(self, name: str) -> bool:
-        """Whether the Linear called `name` is one this rule's pattern names."""
-        return self.pattern == "linear" or fnmatch.fnmatchcase(name, self.pattern or "")
+    def matches(self, name: str, module: nn.Module) -> bool:
+        """Whether the layer `module` called `name` is one this rule's pattern names."""
+        if self.pattern in LAYER_KINDS:
+            return isinstance(module, LAYER_KINDS[self.pattern])
+        return fnmatch.fnmatchcase(name, self.pattern or "")
 
 
 @dataclass(frozen=True)
@@ -63,9 +67,9 @@ class Recipe:
     def __str__(self) -> str:
         return ",".join(str(rule) for rule in self.rules)
 
-    def linear_rule(self, name: str, tensor: str) -> Rule | None:
-        """The rule deciding Linear `name`'s `tensor` ("weight" or "input"), None when it stays as it is."""
-        chosen = [r for r in self.rules if r.tensor == tensor and r.matches(name)]
+    def layer_rule(self, name: str, module: nn.Module, tensor: str) -> Rule | None:
+        """The rule deciding layer `name`'s `tensor` ("weight" or "input"), None when it stays as it is."""
+        chosen = [r for r in self.rules if r.tensor == tensor and r.matches(name, module)]
         return chosen[-1] if chosen else None
 
     def attention_rule(self, operand: str) -> Rule | None:
@@ -73,9 +77,9 @@ class Recipe:
         chosen = [r for r in self.rules if r.target == operand or (r.target == "kv" and operand in ("k", "v"))]
         return chosen[-1] if chosen else None
 
-    def linear(self, name: str, tensor: str) -> QuantSpec | None:
-        """The spec of Linear `name`'s `tensor`, None when it stays as it is."""
-        rule = self.linear_rule(name, tensor)
+    def layer(self, name: str, module: nn.Module, tensor: str) -> QuantSpec | None:
+        """The spec of layer `name`'s `tensor`, None when it stays as it is."""
+        rule = self.layer_rule(name, module, tensor)
         return rule.spec if rule else None
 
     def attention(self, operand: str) -> QuantSpec | None:
@@ -84,11 +88,11 @@ class Recipe:
         return rule.spec if rule else None
 
 
-def rounded(x: torch.Tensor, rule: Rule, where: str) -> torch.Tensor:
-    """`x` in `rule`'s format; a tensor the format cannot store (groups that do not divide it) is an error naming
-    the recipe entry and `where` it applied."""
+def rounded(x: torch.Tensor, rule: Rule, where: str, store=fake_quantize) -> torch.Tensor:
+    """`x` in `rule`'s format (through `store(x, spec)`); a tensor the format cannot store (groups that do not
+    divide it) is an error naming the recipe entry and `where` it applied."""
     try:
-        return fake_quantize(x, rule.spec)
+        return store(x, rule.spec)
     except FormatError as cannot:
         raise FormatError(f"recipe entry '{rule}' at {where}: {cannot}") from None
 
@@ -110,7 +114,8 @@ def parse_recipe(text: str) -> Recipe:
         pattern, dot, tensor = target.rpartition(".")
         if not dot or tensor not in ("weight", "input") or not pattern:
             raise FormatError(f"recipe target '{target}' names no tensor: use PATTERN.weight or PATTERN.input "
-                              "(PATTERN a Linear's name with * wildcards, or linear for all), or one of kv, k, v, q, p")
+                              "(PATTERN a layer's name with * wildcards, linear or conv for all of a kind), or one of "
+                              "kv, k, v, q, p")
         rules.append(Rule(target, spec, pattern, tensor))
     if not rules:
         raise FormatError("empty recipe: give TARGET=FORMAT, e.g. linear.weight=int8")
@@ -148,33 +153,31 @@ class Quantized(nn.Module):
 
 def quantized(model: nn.Module, recipe: Recipe | str) -> Quantized:
     """A copy of `model` with `recipe`'s weights stored in their formats and its activation rules hooked; the
-    original is left as it is. A weight or input rule that matches no Linear raises `FormatError`."""
+    original is left as it is. A weight or input rule that matches no layer raises `FormatError`."""
     recipe = parse_recipe(recipe) if isinstance(recipe, str) else recipe
     copied = copy.deepcopy(model).eval()
     result = Quantized(copied, recipe).eval()
-    for name, module in copied.named_modules():
-        if not isinstance(module, nn.Linear):
-            continue
+    for name, module in weight_layers(copied):
         for rule in recipe.rules:
-            if rule.tensor and rule.matches(name):
+            if rule.tensor and rule.matches(name, module):
                 result.reached[str(rule)] = result.reached.get(str(rule), 0) + 1
-        weight = recipe.linear_rule(name, "weight")
+        weight = recipe.layer_rule(name, module, "weight")
         if weight is not None:
             with torch.no_grad():
-                module.weight.copy_(rounded(module.weight, weight, f"{name}.weight"))
-        activation = recipe.linear_rule(name, "input")
+                module.weight.copy_(rounded(module.weight, weight, f"{name}.weight", quantize_weight))
+        activation = recipe.layer_rule(name, module, "input")
         if activation is not None:
-            module.register_forward_pre_hook(
-                lambda _m, args, rule=activation, at=f"{name}.input": (rounded(args[0], rule, at), *args[1:]))
+            module.register_forward_pre_hook(lambda m, args, rule=activation, at=f"{name}.input": (
+                rounded(args[0], rule, at, lambda x, spec: quantize_input(x, spec, m)), *args[1:]))
     missing = [str(rule) for rule in recipe.rules if rule.tensor and not result.reached.get(str(rule))]
     if missing:
-        raise FormatError(f"recipe rule(s) {', '.join(missing)} match no Linear of the model; its Linears: "
-                          + ", ".join(_linear_names(copied, 8)))
+        raise FormatError(f"recipe rule(s) {', '.join(missing)} match no layer of the model; its layers: "
+                          + ", ".join(_layer_names(copied, 8)))
     return result
 
 
-def _linear_names(model: nn.Module, most: int) -> list[str]:
-    names = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+def _layer_names(model: nn.Module, most: int) -> list[str]:
+    names = [name for name, _ in weight_layers(model)]
     return names[:most] + ([f"… {len(names) - most} more"] if len(names) > most else [])
 
 

@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from workbench.backends.numerics import compare_outputs
-from workbench.quant.formats import FormatError, QuantSpec, fake_quantize, parse_spec
+from workbench.quant.formats import FormatError, QuantSpec, parse_spec
+from workbench.quant.layers import quantize_input, quantize_weight, weight_layers
 from workbench.quant.recipe import quantized
 
 Evaluate = Callable[[Callable[..., torch.Tensor]], float]
@@ -32,11 +33,6 @@ TENSOR_KINDS = ("linear.weight", "linear.input", "kv", "q", "p")
 
 _NO_ERROR = {"sqnr_db": np.nan, "kl": np.nan, "max_abs_error": np.nan}
 """The error figures of a combination that could not be quantized (its `note` says why)."""
-
-
-def linear_layers(model: nn.Module) -> list[tuple[str, nn.Linear]]:
-    """The model's Linears by qualified name, in module order."""
-    return [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
 
 
 def kl_divergence(reference: torch.Tensor, candidate: torch.Tensor) -> float:
@@ -56,12 +52,13 @@ def output_error(reference: torch.Tensor, candidate: torch.Tensor) -> dict[str, 
 def layer_sensitivity(model: nn.Module, inputs: Sequence[Any], formats: Sequence[str], *, tensor: str = "weight",
                       evaluate: Evaluate | None = None,
                       progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
-    """One row per Linear × format: | layer | format | params | bits | sqnr_db | kl | max_abs_error | metric |
-    metric_delta | note | rank |, `rank` 1 for the layer whose quantization hurts the output most (lowest SQNR)
-    within its format; a combination the format cannot store (a group that does not divide the layer) has no
-    figures and a `note`. `tensor` is "weight" or "input"; `progress(done, total)` follows the scan."""
+    """One row per layer (Linear or convolution) × format: | layer | format | params | bits | sqnr_db | kl |
+    max_abs_error | metric | metric_delta | note | rank |, `rank` 1 for the layer whose quantization hurts the
+    output most (lowest SQNR) within its format; a combination the format cannot store (a group that does not
+    divide the layer) has no figures and a `note`. `tensor` is "weight" or "input"; `progress(done, total)`
+    follows the scan."""
     specs = [parse_spec(f) for f in formats]
-    layers = linear_layers(model)
+    layers = weight_layers(model)
     model.eval()
     with torch.no_grad():
         reference = model(*inputs)
@@ -119,11 +116,11 @@ def tensor_sensitivity(model: nn.Module, inputs: Sequence[Any], formats: Sequenc
 
 
 @contextmanager
-def _one_layer(layer: nn.Linear, tensor: str, spec: QuantSpec) -> Iterator[None]:
+def _one_layer(layer: nn.Module, tensor: str, spec: QuantSpec) -> Iterator[None]:
     """Inside: `layer`'s weight stored in `spec` (or its input rounded to it); restored on the way out."""
     if tensor == "weight":
         original = layer.weight.detach().clone()
-        layer.weight.copy_(fake_quantize(original, spec))
+        layer.weight.copy_(quantize_weight(original, spec))
         try:
             yield
         finally:
@@ -131,7 +128,7 @@ def _one_layer(layer: nn.Linear, tensor: str, spec: QuantSpec) -> Iterator[None]
         return
     if tensor != "input":
         raise ValueError(f"tensor must be 'weight' or 'input', not {tensor!r}")
-    handle = layer.register_forward_pre_hook(lambda _m, args: (fake_quantize(args[0], spec), *args[1:]))
+    handle = layer.register_forward_pre_hook(lambda m, args: (quantize_input(args[0], spec, m), *args[1:]))
     try:
         yield
     finally:
@@ -140,17 +137,18 @@ def _one_layer(layer: nn.Linear, tensor: str, spec: QuantSpec) -> Iterator[None]
 
 def weight_error_histograms(model: nn.Module, formats: Sequence[str], *, bins: int = 41,
                             layers: Sequence[str] | None = None) -> pd.DataFrame:
-    """Per Linear weight (or the named `layers`) and format, the histogram of its rounding error relative to the
+    """Per layer weight (or the named `layers`) and format, the histogram of its rounding error relative to the
     tensor's largest |value|: | layer | format | left | right | count |, over one fixed range per layer so the
     formats' histograms compare bin for bin."""
     rows = []
     chosen = set(layers) if layers is not None else None
-    for name, layer in linear_layers(model):
+    for name, layer in weight_layers(model):
         if chosen is not None and name not in chosen:
             continue
         weight = layer.weight.detach().float()
         scale = float(weight.abs().max()) or 1.0
-        errors = {str(parse_spec(f)): ((fake_quantize(weight, f) - weight) / scale).flatten() for f in formats}
+        errors = {str(parse_spec(f)): ((quantize_weight(weight, parse_spec(f)) - weight) / scale).flatten()
+                  for f in formats}
         reach = max(float(e.abs().max()) for e in errors.values()) or 1e-12
         edges = np.linspace(-reach, reach, bins + 1)
         for fmt, error in errors.items():

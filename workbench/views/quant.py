@@ -30,7 +30,7 @@ RECIPE_COLUMNS = [("recipe", "recipe", None), ("sqnr", "SQNR dB", None), ("kl", 
                   ("metric", "metric", "0.000"), ("metric_delta", "Δ metric", "+0.000"),
                   ("weight_mb", "weights MB", "0,0.000"), ("kv_bytes_per_token", "KV B/token", "0,0"),
                   ("projected_us", "projected µs", "0,0.000"), ("measured_ms", "measured CPU ms", "0.000"),
-                  ("kernel", "measured with", None)]
+                  ("kernel", "measured with / note", None)]
 SENSITIVITY_COLUMNS = [("rank", "rank", "0"), ("layer", "layer", None), ("format", "format", None),
                        ("params", "params", "0,0"), ("sqnr_db", "SQNR dB", "0.0"), ("kl", "KL", "0.00000"),
                        ("metric_delta", "Δ metric", "+0.000")]
@@ -184,9 +184,12 @@ def _db_text(value: float) -> str:
 
 
 def short_recipe(recipe: str) -> str:
-    """A recipe's label for a plot: `W:` weights, `A:` activations (inputs), `KV:`, the rest as written."""
-    return (recipe.replace("linear.weight=", "W:").replace("linear.input=", "A:").replace("kv=", "KV:")
-            .replace(",", " "))
+    """A recipe's label for a plot: `W:` every layer's weights, `A:` their inputs, `KV:` the KV cache, the rest as
+    written."""
+    for pattern, label in (("linear.weight=", "W:"), ("linear.input=", "A:"), ("*.weight=", "W:"),
+                           ("*.input=", "A:"), ("kv=", "KV:")):
+        recipe = recipe.replace(pattern, label)
+    return recipe.replace(",", " ")
 
 
 def sensitivity_table(layers: pd.DataFrame, *, width: int = 900, top: int = 20):

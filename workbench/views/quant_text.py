@@ -14,7 +14,7 @@ from workbench.views.quant import short_recipe
 from workbench.views.text_tables import Block, Cell, TextTable, cells, format_count, format_duration, format_number
 
 RECIPE_TEXT_COLUMNS = ("recipe", "SQNR dB", "KL", "metric", "Δ metric", "weights", "KV/token", "projected",
-                       "measured CPU", "measured with")
+                       "measured CPU", "measured with / note")
 
 
 def _db(value: Any) -> str:
@@ -36,16 +36,17 @@ def _bytes(value: Any) -> str:
 def recipes_text(recipes: pd.DataFrame, device: str, metric: str | None) -> TextTable:
     """One row per recipe: accuracy, bytes, projected time on `device`, measured CPU time where a kernel ran."""
     rows = tuple(cells(
-        short_recipe(r.recipe), Cell(_db(r.sqnr_db)), Cell(f"{r.kl:.2g}"), Cell(format_number(r.metric)),
+        short_recipe(r.recipe), Cell(_db(r.sqnr_db)), Cell("-" if pd.isna(r.kl) else f"{r.kl:.2g}"),
+        Cell(format_number(None if pd.isna(r.metric) else r.metric)),
         Cell(_signed(r.metric_delta)), Cell(_bytes(r.weight_bytes)),
         Cell(_bytes(None if pd.isna(r.kv_bytes_per_token) else round(r.kv_bytes_per_token))),
         Cell(format_duration(None if pd.isna(r.projected_us) else r.projected_us * 1e3)),
         Cell(format_duration(None if pd.isna(getattr(r, "measured_ms", None)) else r.measured_ms * 1e6)),
         getattr(r, "kernel", "-") or "-") for r in recipes.itertuples(index=False))
-    title = (f"recipes (W: Linear weights, A: Linear inputs, KV: the KV cache): accuracy against the fp32 model"
+    title = (f"recipes (W: the layers' weights, A: their inputs, KV: the KV cache): accuracy against the fp32 model"
              f"{f' and {metric}' if metric else ''}, memory, time projected on {device} (a roofline, no kernel ran) "
              "and measured on this CPU where a kernel exists")
-    return TextTable(title, RECIPE_TEXT_COLUMNS, rows, left=frozenset({"recipe", "measured with"}))
+    return TextTable(title, RECIPE_TEXT_COLUMNS, rows, left=frozenset({"recipe", "measured with / note"}))
 
 
 def sensitivity_text(layers: pd.DataFrame, top: int = 8) -> TextTable:
