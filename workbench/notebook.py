@@ -320,7 +320,7 @@ def show_serving(runs: RunRef | Sequence[RunRef], root: str | Path | None = None
 
 
 def quant_sensitivity(model: str = "tiny-gpt", formats: Sequence[str] | None = None, *, weights: str | None = None,
-                      batch: int = 4, seq: int | None = None, show: bool = True, **overrides: Any) -> Any:
+                      batch: int = 16, seq: int | None = None, show: bool = True, **overrides: Any) -> Any:
     """Which layers and tensor kinds of `model` take which low-bit format (`workbench.quant.lab.sensitivity_scan`:
     per layer × format, per tensor kind, outliers with SmoothQuant, error histograms); drawn unless `show` is
     False, and returned (its tables are DataFrames). A built-in with trained weights is judged on its held-out data
@@ -336,7 +336,7 @@ def quant_sensitivity(model: str = "tiny-gpt", formats: Sequence[str] | None = N
 
 
 def quant_compare(model: str = "tiny-gpt", recipes: Sequence[str] | None = None, *, weights: str | None = None,
-                  device: str = "b200", measure: bool = True, batch: int = 4, seq: int | None = None,
+                  device: str = "b200", measure: bool = True, batch: int = 16, seq: int | None = None,
                   show: bool = True, **overrides: Any) -> pd.DataFrame:
     """`model` under each recipe (`--quant` syntax, e.g. "linear.weight=nvfp4,kv=fp8-e4m3/head") beside the fp32
     reference: accuracy, weight and KV-cache bytes, time projected on `device`, CPU time measured where a real
@@ -353,7 +353,7 @@ def quant_compare(model: str = "tiny-gpt", recipes: Sequence[str] | None = None,
 
 
 def quant_plan(model: str = "tiny-gpt", fmt: str = "int4/group32", *, min_sqnr_db: float | None = None,
-               max_kl: float | None = None, weights: str | None = None, batch: int = 4, seq: int | None = None,
+               max_kl: float | None = None, weights: str | None = None, batch: int = 16, seq: int | None = None,
                **overrides: Any) -> Any:
     """The fewest layers of `model` to keep in bf16 so that every other Linear weight can be stored in `fmt`
     within the budget (output SQNR at least `min_sqnr_db`, KL at most `max_kl`): a

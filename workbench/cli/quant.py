@@ -57,7 +57,8 @@ def parse_budget(text: str) -> dict[str, float]:
 @click.option("--device", default="b200", show_default=True, metavar="SPEC",
               help="Device the recipes' time is projected on: a built-in (b200, h100, tpu-v5e, ...) or an "
                    "accelerator YAML.")
-@click.option("--batch", default=4, show_default=True, type=click.IntRange(min=1, max=256))
+@click.option("--batch", default=16, show_default=True, type=click.IntRange(min=1, max=256),
+              help="Calibration inputs per forward (sequences, images).")
 @click.option("--seq", default=None, type=click.IntRange(min=1, max=4096), help="Tokens per sequence.")
 @click.option("--measure/--no-measure", default=True, show_default=True,
               help="Time the recipes that have a real CPU kernel (bf16, torchao int8) beside fp32.")

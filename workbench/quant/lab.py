@@ -71,11 +71,13 @@ class QuantTask:
     facts: dict[str, Any] = field(default_factory=dict)
 
 
-def quant_task(model: str = "tiny-gpt", *, weights: str | None = None, batch: int = 4, seq: int | None = None,
-               overrides: dict[str, Any] | None = None) -> QuantTask:
+def quant_task(model: str = "tiny-gpt", *, weights: str | None = None, batch: int = 16, seq: int | None = None,
+               overrides: dict[str, Any] | None = None, calibration_seed: int = 0) -> QuantTask:
     """`model` (any reference `load_model` takes) with seeded inputs of `batch` × `seq`. A built-in with trained
     weights (tiny-gpt, convnet) gets them by default (`weights` "trained"; "random" for seeded ones), its
-    held-out data and metric; any other model is judged by its output's error alone."""
+    held-out data and metric, and calibration inputs drawn from its training data with `calibration_seed` (never
+    the held-out data it is scored on); any other model is judged by its output's error alone, on its seeded
+    example inputs."""
     from workbench.models.registry import BUILTINS, load_model
     from workbench.models.trained.recipes import RECIPES, held_out_score
 
@@ -85,18 +87,38 @@ def quant_task(model: str = "tiny-gpt", *, weights: str | None = None, batch: in
     elif weights is not None:
         raise WorkbenchError(f"--weights applies to the built-in models; '{model}' brings its own weights")
     loaded = load_model(model, **overrides)
-    inputs = tuple(loaded.make_inputs(batch=batch, seq=seq) if loaded.default_seq is not None
-                   else loaded.make_inputs(batch=batch))
     module = loaded.module.eval()
     if loaded.weights != "trained":
+        if calibration_seed:
+            raise WorkbenchError("a calibration seed applies to the trained built-ins (their training data); "
+                                 f"'{loaded.name}' with {loaded.weights} weights takes its seeded example inputs")
+        inputs = tuple(loaded.make_inputs(batch=batch, seq=seq) if loaded.default_seq is not None
+                       else loaded.make_inputs(batch=batch))
         return QuantTask(loaded.name, module, inputs, about=(
             f"{loaded.name}: {loaded.weights} weights: accuracy is the output's error against the fp32 model "
             "alone (tiny-gpt and convnet have trained weights with held-out data: --weights trained)"))
     training = loaded.training or {}
     metric = str(training.get("metric", "held-out score"))
+    inputs = _calibration(loaded.name, batch, seq or loaded.default_seq, calibration_seed)
     return QuantTask(loaded.name, module, inputs, about=f"{loaded.name}: {training.get('description', 'trained')}",
                      metric=metric, evaluate=lambda m: held_out_score(loaded.name, loaded.config, m),
                      higher_is_better=metric.endswith("top-1"), facts=training)
+
+
+def _calibration(name: str, batch: int, seq: int | None, seed: int) -> tuple[torch.Tensor]:
+    """`batch` calibration inputs of a trained built-in from its training data, drawn with `seed`: windows of
+    `seq` bytes of the training text (tiny-gpt), training digits (convnet)."""
+    generator = torch.Generator().manual_seed(seed)
+    if name == "tiny-gpt":
+        from workbench.models.trained.corpus import byte_tokens, stdlib_corpus
+
+        tokens = byte_tokens(stdlib_corpus().train)
+        starts = torch.randint(0, len(tokens) - seq, (batch, 1), generator=generator)
+        return (tokens[starts + torch.arange(seq)],)
+    from workbench.models.trained.digits import digits_split
+
+    digits = digits_split()
+    return (digits.train_images[torch.randperm(len(digits.train_labels), generator=generator)[:batch]],)
 
 
 @dataclass(frozen=True)
