@@ -350,9 +350,10 @@ def test_dashboard_places_the_tracks_under_the_timeline(tmp_path):
     timeline = board.select_one({"name": "timeline"})
     figures = list(board.select({"name": TRACK_PLOT}))
     assert len(figures) == 3 and all(f.x_range is timeline.x_range for f in figures)
-    children = board.children
-    tracks = next(i for i, child in enumerate(children) if child.select_one({"name": GROUP_TOGGLE}) is not None)
-    assert children[tracks - 1].select_one({"name": "timeline"}) is not None  # right after the timeline's column
+    # inside the timeline's column, right under the lanes (before the details panes)
+    (panel,) = [child for child in board.children if timeline in getattr(child, "children", [])]
+    at = next(i for i, part in enumerate(panel.children) if part.select_one({"name": GROUP_TOGGLE}) is not None)
+    assert panel.children[at - 1] is timeline
 
 
 def test_long_counter_names_are_cut_in_the_middle_and_stay_apart():

@@ -100,8 +100,8 @@ def test_lanes_of_resnet_follow_devices_and_count_events(resnet: Trace) -> None:
     table = lanes(resnet)
     per_track = resnet.df().groupby("track", observed=True).agg(events=("name", "size"), depth=("depth", "max"))
     assert list(table["lane"]) == list(range(len(per_track)))
-    assert list(table["device"]) == ["cpu"] * 5 + ["cuda:0"]  # two threads and three Kineto marker lanes
-    assert table["track"].iloc[-1] == "cuda:0/stream 7" and table["label"].iloc[-1] == "stream 7"
+    assert list(table["device"]) == ["cuda:0"] + ["cpu"] * 5  # device lanes first; two threads, three marker lanes
+    assert table["track"].iloc[0] == "cuda:0/stream 7" and table["label"].iloc[0] == "stream 7"
     host = table[table["device"] == "cpu"]
     assert list(host["events"]) == sorted(host["events"], reverse=True)  # busiest thread first
     for _, lane in table.iterrows():
@@ -114,7 +114,7 @@ def test_streams_are_ordered_by_number() -> None:
     trace = read_trace(fixture_path("kineto", "diff_control.json.gz"))
     table = lanes(trace)
     assert list(table.loc[table["device"] == "cuda:3", "label"]) == ["stream 7", "stream 20", "stream 21", "stream 22"]
-    assert table["device"].iloc[0] == "cpu"
+    assert table["device"].iloc[-1] == "cpu"  # the host's threads below the devices' streams
 
 
 def test_spans_of_a_window_are_the_overlapping_events(resnet: Trace) -> None:
@@ -161,7 +161,7 @@ def test_density_conserves_events_at_every_level(resnet: Trace) -> None:
         assert not cells.duplicated(["lane", "bin"]).any()
     assert lod.cells["busy"].between(0, 1).all()
     assert set(lod.cells["kind"].astype(str)) <= set(schema.KINDS)
-    gpu = lod.cells[(lod.cells["lane"] == table["lane"].iloc[-1]) & (lod.cells["count"] > 0)]
+    gpu = lod.cells[(lod.cells["lane"] == table["lane"].iloc[0]) & (lod.cells["count"] > 0)]
     assert set(gpu["kind"].astype(str)) <= {"kernel", "memcpy", "memset"}
 
 
@@ -189,9 +189,9 @@ def test_density_of_a_million_events(million: Trace) -> None:
     for level, n_bins in enumerate(lod.bins):
         cells = lod.cells[lod.cells["level"] == level]
         assert len(cells) == 3 * n_bins  # every lane is active in every bin
-        assert cells.groupby("lane")["count"].sum().tolist() == [500_000, 250_000, 250_000]
+        assert cells.groupby("lane")["count"].sum().tolist() == [250_000, 500_000, 250_000]  # the kernels' lane first
     assert lod.cells["busy"].between(0, 1).all()
-    thread_2 = lod.cells[(lod.cells["level"] == 0) & (lod.cells["lane"] == 1)]
+    thread_2 = lod.cells[(lod.cells["level"] == 0) & (lod.cells["lane"] == 2)]
     assert thread_2["busy"].mean() == pytest.approx(0.9, abs=0.01)
 
 
@@ -200,7 +200,7 @@ def test_density_of_a_million_events(million: Trace) -> None:
 
 def test_resnet_timeline_lanes_and_aggregation(resnet: Trace) -> None:
     fig = timeline(resnet, max_spans=5_000, levels=3)
-    labels = set(fig.yaxis[0].major_label_overrides.values())
+    labels = {label.removeprefix("▾ ") for label in fig.yaxis[0].major_label_overrides.values()}
     # thread names from the raw file's thread_name metadata ("thread 25738 (python)"; 25738 is also the pid)
     assert {"cpu · python main thread", "cpu · python thread 25772",
             "cuda:0 · stream 7 (compute, copy, memset)"} <= labels
@@ -315,6 +315,12 @@ def test_captured_run_timeline(captured: Trace) -> None:
     assert bands.loc[bands["tier"] == 1, "name"].tolist() == ["step 0", "step 1", "step 2"]
     fig = timeline(captured)
     assert len(span_source(fig).data["row"]) == captured.events.num_rows
-    assert status_text(fig) == f"{captured.events.num_rows:,} spans in view"
+    # in view: all but the instants past the events with a duration (they do not stretch the time axis)
+    events = captured.df()
+    timed = events[events["dur_ns"] > 0]
+    first, last = timed["start_ns"].min(), (timed["start_ns"] + timed["dur_ns"]).max()
+    pad = (last - first) * 0.01
+    in_view = events["start_ns"].between(first - pad, last + pad).sum()
+    assert status_text(fig) == f"{in_view:,} spans in view"
     x_range = Range1d(0, 1)
     assert timeline(captured, x_range=x_range).x_range is x_range

@@ -84,7 +84,7 @@ def packed_trace(run: RunRef, plan: ReportPlan, width_px: int = 1200) -> str:
     if not plan.complete or not plan.windows:
         raise ValueError("only a complete plan embeds the whole trace packed")
     (start, end, _), = plan.windows
-    reply = window(run, start, end, width_px, max_spans=max(plan.events, 1))
+    reply = window(run, start, end, width_px, max_spans=max(plan.events, 1), launch=True)  # kernels' launch facts
     return pack(reply)
 
 

@@ -1,7 +1,10 @@
 """The dashboard timeline in a real `jupyter lab` with headless Chromium, on a real GPU trace (ResNet-50, Kineto):
-zoomed into the last 10% of the trace the panel fetches that window's spans from the server and a named kernel is
-there; a click on it shows its details, its launcher and a flow arrow; searching its name jumps the timeline to a
-match; W zooms in; a redraw at a new width keeps the zoom. Screenshots go to docs/images/timeline-*.png."""
+the GPU stream is the top lane; zoomed into the last 10% of the trace the panel fetches that window's spans from the
+server and a named kernel is there; a click on it shows its details with its launch facts (grid, block, registers,
+... as the raw file records them), its launcher and a flow arrow; searching another kernel's name jumps the timeline
+to a match, which the details pane then shows and the focus marker marks; a click on a lane's label collapses it to
+one row and a second click expands it; W zooms in; a redraw at a new width keeps the zoom. Screenshots go to
+docs/images/timeline-*.png."""
 
 # ruff: noqa: F811 (the Lab fixtures imported below are used as fixture parameters of the same names)
 from __future__ import annotations
@@ -61,6 +64,17 @@ def gpu_run(lab) -> str:
     return RUN
 
 
+def raw_launch(correlation: int) -> tuple[dict, dict[str, str]]:
+    """From the raw file: the args of the kernel with this correlation id, and the recorded call stacks of the ops
+    sharing its external id (by op name: the ops around its launch)."""
+    with gzip.open(fixture_path("kineto", "resnet50_v100_train.pt.trace.json.gz"), "rt") as raw:
+        events = [e for e in json.load(raw)["traceEvents"] if e.get("ph") == "X"]
+    kernel = next(e["args"] for e in events if e.get("cat") == "Kernel" and e["args"]["correlation"] == correlation)
+    stacks = {e["name"]: e["args"].get("Call stack", "") for e in events
+              if e.get("cat") == "Operator" and e["args"].get("External id") == kernel["external id"]}
+    return kernel, stacks
+
+
 def expected_kernels_in_last_tenth() -> tuple[int, int, set[str]]:
     """From the raw file: the trace's first start and last end (ns, from its first event) and the names of the
     kernels starting in its last 11% (a margin for where the reader puts the origin)."""
@@ -83,10 +97,10 @@ def test_zoom_click_search_on_a_gpu_trace(lab, page, gpu_run):
     wait_for_plots(page, view_selector([gpu_run]))
     wait_for(page, "return remote._wb_api != null")  # the panel gave the timeline the server's routes
 
-    # lanes are named for people
+    # lanes are named for people, the GPU stream first; a lane of several rows has a triangle to collapse it
     labels = evaluate(page, "const o = plot.left[0].major_label_overrides; "
                             "return o instanceof Map ? [...o.values()] : Object.values(o)")
-    assert "cpu · python main thread" in labels and "cuda:0 · stream 7 (compute, copy, memset)" in labels
+    assert "▾ cpu · python main thread" in labels and labels[0] == "cuda:0 · stream 7 (compute, copy, memset)"
 
     # the last 10% of the trace: the server sends its spans and named kernels are there
     start = last - (last - first) / 10
@@ -122,31 +136,82 @@ return {i: best, name: d.name[best], left: d.left[best], right: d.right[best], y
     page.mouse.click(x, y)
     wait_for(page, """const details = doc.get_model_by_name('timeline details');
 return details.data.value.includes(arg) && details.data.field.some((f) => f.startsWith('arg: '))""", kernel["name"])
+    # its launch facts, as the raw file records them
+    facts = evaluate(page, """const d = doc.get_model_by_name('timeline details').data;
+return Object.fromEntries(d.field.map((f, i) => [f, d.value[i]]));""")
+    raw, stacks = raw_launch(int(facts["correlation id"]))
+    assert facts["grid"] == " × ".join(f"{v:,}" for v in raw["grid"])
+    assert facts["block"] == " × ".join(f"{v:,}" for v in raw["block"])
+    assert facts["registers per thread"] == f"{raw['registers per thread']:,}"
+    assert facts["stream"] == str(raw["stream"]) and facts["launching op"] == kernel["launcher"]
+    stack = stacks[facts["launching op"]]  # the innermost frame of its recorded stack, when it has one
+    assert facts.get("Python frame", "") == (stack.split(";")[0].rsplit("/", 1)[-1] if stack else "")
     related = evaluate(page, """const r = doc.get_model_by_name('timeline related').data;
 return r.relation.map((rel, i) => [rel, r.name[i]]);""")
     assert ["launched by", kernel["launcher"]] in related
     arrows = evaluate(page, "return [...doc.all_models].filter((m) => m.type == 'Arrow')"
                             ".map((a) => a.source.data.x1.length)")
     assert arrows and arrows[0] >= 1
+    # what the page shows: the details table lists the facts too (a table redraws only on data it sees change)
+    facts_row = page.locator(".slick-row", has_text="registers per thread").first
+    facts_row.wait_for(timeout=10_000)
+    page.mouse.move(5, 5)  # no hover box over the plot
+    page.locator(".slick-row", has_text="launching op").first.scroll_into_view_if_needed()
     page.wait_for_timeout(300)
-    page.screenshot(path=str(IMAGES / "timeline-details.png"), full_page=True)
+    page.screenshot(path=str(IMAGES / "timeline-details.png"))
 
-    # search its name: the count, and the timeline jumps to the first match, selected
+    # search another kernel's name: the count, and the timeline jumps to the first match, selected and shown
+    other = evaluate(page, """const d = spans.data;
+return d.name.find((name, i) => d.kind[i] == 'kernel' && name != arg && name.length > 8);""", kernel["name"])
     search = page.locator("input[placeholder^='search event names']")
-    search.fill(kernel["name"])
+    search.fill(other)
     search.press("Enter")
     wait_for(page, "return doc.get_model_by_name('timeline search status').text.startsWith('match 1 of')")
     status = evaluate(page, "return doc.get_model_by_name('timeline search status').text")
     count = int(status.split(" of ")[1].split(" ")[0].replace(",", ""))
     assert count >= 1
     wait_for(page, """const i = spans.selected.indices.find((j) => spans.data.name[j] == arg);
-return i != null && spans.data.left[i] >= plot.x_range.start && spans.data.left[i] <= plot.x_range.end""",
-             kernel["name"])
+return i != null && spans.data.left[i] >= plot.x_range.start && spans.data.left[i] <= plot.x_range.end""", other)
     wait_for(page, """const i = spans.selected.indices.find((j) => spans.data.name[j] == arg);
 const d = doc.get_model_by_name('timeline details').data;  // the details pane describes the match
-return i != null && d.value[d.field.indexOf('row')] == spans.data.row[i].toLocaleString('en-US');""",
-             kernel["name"])
+return i != null && d.value[d.field.indexOf('name')] == arg &&
+  d.value[d.field.indexOf('row')] == spans.data.row[i].toLocaleString('en-US');""", other)
+    # what the page shows: the details table's first row names the match, and the match is outlined and marked
+    details_text = page.locator(".slick-row").first.inner_text()
+    assert other[:40] in details_text
+    marked = evaluate(page, """const f = doc.get_model_by_name('timeline focus').data;
+const marker = doc.get_model_by_name('timeline focus marker');
+const i = spans.selected.indices.find((j) => spans.data.name[j] == arg);
+return [f.left[0] == spans.data.left[i], f.y[0] == spans.data.y[i], marker.visible,
+        marker.location == spans.data.left[i]];""",
+                      other)
+    assert marked == [True, True, True, True]
+    page.locator(".slick-row", has_text="registers per thread").first.wait_for(timeout=10_000)  # its launch facts
     page.screenshot(path=str(IMAGES / "timeline-search.png"))
+
+    # a click on a lane's label collapses it to one row (its top-level spans), a second expands it
+    lane_rows = """const lanes = doc.get_model_by_name('timeline lanes').data, i = lanes.rows.findIndex((r) => r > 1);
+const lane = lanes.lane[i], ys = spans.data.y.filter((y, j) => spans.data.lane[j] == lane);
+return {i, lane, rows: lanes.rows[i], collapsed: lanes.collapsed[i], drawn: new Set(ys.filter(isFinite)).size,
+        hidden: ys.filter((y) => !isFinite(y)).length, tick: plot.left[0].ticker.ticks[i], height: plot.height};"""
+    before = evaluate(page, lane_rows)
+    assert before["rows"] > 1 and not before["collapsed"] and before["drawn"] > 1
+    box = evaluate(page, "const view = Bokeh.index.find_one(plot), b = view.el.getBoundingClientRect(); "
+                         "return [b.left + view.frame.bbox.left, b.top + view.frame.y_scale.compute(arg)]",
+                   before["tick"])
+    page.mouse.click(box[0] - 40, box[1])
+    wait_for(page, "return doc.get_model_by_name('timeline lanes').data.collapsed.some((c) => c)")
+    after = evaluate(page, lane_rows)
+    assert after["collapsed"] and after["drawn"] == 1 and after["height"] < before["height"]
+    assert before["hidden"] == 0 and after["hidden"] > 0  # its deeper spans are hidden
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(IMAGES / "timeline-collapsed.png"))
+    box = evaluate(page, "const view = Bokeh.index.find_one(plot), b = view.el.getBoundingClientRect(); "
+                         "return [b.left + view.frame.bbox.left, b.top + view.frame.y_scale.compute(arg)]",
+                   after["tick"])
+    page.mouse.click(box[0] - 40, box[1])
+    wait_for(page, "return !doc.get_model_by_name('timeline lanes').data.collapsed.some((c) => c)")
+    assert evaluate(page, lane_rows)["drawn"] == before["drawn"]
 
     # W zooms in while the pointer is over the plot (and no text field has the keyboard: typing is not zooming)
     search.blur()

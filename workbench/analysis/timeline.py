@@ -5,7 +5,8 @@ build per-event Python objects, so they scale to traces of ten million events.
 
 Level of detail: `density` cuts the trace's time range into `bins` equal bins at level 0 and twice
 as many at each further level. Per lane and bin it stores the number of events starting there (so
-counts add up to the lane's events at every level), the busy fraction (the union of the lane's span
+counts add up to the lane's events at every level), the number of events overlapping it (what a bar
+drawn busy is made of, though every one may have started earlier), the busy fraction (the union of the lane's span
 time inside the bin over the bin width) and the dominant kind and name (most span time in the bin).
 A view shows real spans while its visible window holds at most a budget of them (`detail_window`
 finds such a window) and otherwise the density level whose bins are no wider than a pixel
@@ -22,6 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from workbench.analysis.timeline_bins import overlapping_counts, spread, union_intervals
 from workbench.trace import Trace
 from workbench.trace.schema import LIFECYCLE_PHASES
 
@@ -45,7 +47,7 @@ FOLDED_TRACK = "{device}/…more"
 OTHER_DEVICES = "other devices"
 """`device` of the lane holding the quietest devices' tracks, when a trace has too many devices for a lane each."""
 
-DENSITY_COLUMNS = ("level", "lane", "bin", "start_ns", "end_ns", "busy", "count", "kind", "name")
+DENSITY_COLUMNS = ("level", "lane", "bin", "start_ns", "end_ns", "busy", "count", "overlap", "kind", "name")
 """Columns of `Density.cells`, in order."""
 
 _START_WEIGHT = 1e-3
@@ -75,7 +77,8 @@ def lanes(trace: Trace, max_lanes: int = MAX_LANES) -> pd.DataFrame:
 
     | lane | device | track | label | events | max_depth | tracks |
 
-    Devices come CPU first, then accelerators by type and index (cuda:0, cuda:1, ..., tpu:0). Within
+    Devices come accelerators first, by type and index (cuda:0, cuda:1, ..., tpu:0), then the CPU: the
+    device work a timeline is read for sits at the top, above the host threads that launch it. Within
     the CPU, threads are ordered by activity (most events first); within a device, by the number in
     the track (stream 7 before stream 20). `label` is the track without its device prefix. Past
     `max_lanes` tracks, the quietest fold (`fold_lanes`): what a view draws stays bounded by what fits
@@ -235,6 +238,18 @@ def spans(trace: Trace, window: tuple[int, int] | None = None, lane_table: pd.Da
     }, columns=list(SPAN_COLUMNS))
 
 
+def time_extent(start: np.ndarray, dur: np.ndarray) -> tuple[int, int]:
+    """The time axis of a timeline: the first start and last end of the events with a duration, or of all
+    events (instants count 1 ns) when none has one; (0, 0) for none. A lone instant or marker (Kineto's
+    "Record Window End", a tenth of the trace after the rest) never stretches it."""
+    if not len(start):
+        return 0, 0
+    timed = dur > 0
+    if timed.any():
+        start, dur = start[timed], dur[timed]
+    return int(start.min()), int(np.maximum(start + dur, start + 1).max())
+
+
 def count_spans(trace: Trace, window: tuple[int, int]) -> int:
     """How many events overlap `window` ([start, end) in ns), as `spans` counts them."""
     start, end = _bounds(trace)
@@ -302,8 +317,8 @@ def density(trace: Trace, *, bins: int = 2048, levels: int = 4, lane_table: pd.D
     level_bins = tuple(bins * 2**level for level in range(levels))
     if len(start) == 0:
         return Density(0, 1, level_bins, pd.DataFrame(columns=list(DENSITY_COLUMNS)))
-    origin = int(start.min())
-    span = max(int(end.max()) - origin, 1)
+    first, last = time_extent(start, end - start)
+    origin, span = first, max(last - first, 1)
     lane = lane_of_rows(trace.events, lane_table)
     kind_codes, kind_names = dictionary_codes(trace.events["kind"])
     name_codes, name_names = dictionary_codes(trace.events["name"])
@@ -314,11 +329,14 @@ def density(trace: Trace, *, bins: int = 2048, levels: int = 4, lane_table: pd.D
     # level l is bins 2b and 2b+1 at level l+1, so cell index c becomes c // 2).
     finest = level_bins[-1]
     width = span / finest
-    start_cell = lane.astype(np.int64) * finest + np.minimum(((start - origin) / width).astype(np.int64), finest - 1)
+    # an instant outside the extent (`time_extent`) counts in the bin at the edge it lies past
+    start_bin = np.clip(np.floor((start - origin) / width).astype(np.int64), 0, finest - 1)
+    start_cell = lane.astype(np.int64) * finest + start_bin
     counts = np.bincount(start_cell, minlength=n_lanes * finest)
-    union_cell, union_time, _ = _spread(*union, width, finest)
+    union_cell, union_time, _ = spread(*union, width, finest)
     busy_ns = np.bincount(union_cell, weights=union_time, minlength=n_lanes * finest)
-    span_cell, span_time, owner = _spread(lane[busy_rows], start[busy_rows] - origin, end[busy_rows] - origin,
+    lane64 = lane.astype(np.int64)
+    span_cell, span_time, owner = spread(lane[busy_rows], start[busy_rows] - origin, end[busy_rows] - origin,
                                           width, finest)
     row = np.concatenate([busy_rows[owner], np.arange(len(start))])
     # Ties (nested spans covering the same time) go to the deeper, more specific span.
@@ -334,6 +352,7 @@ def density(trace: Trace, *, bins: int = 2048, levels: int = 4, lane_table: pd.D
             totals = _totals(totals[0] // 2, totals[1], totals[2])
         width = span / n_bins
         busy = np.minimum(busy_ns / width, 1.0)
+        overlap = overlapping_counts(lane64, start - origin, end - origin, width, n_bins, n_lanes)
         nonempty = np.flatnonzero((counts > 0) | (busy > 0))
         dominant = _dominant(*totals, nonempty)
         frames.append(pd.DataFrame({
@@ -344,6 +363,7 @@ def density(trace: Trace, *, bins: int = 2048, levels: int = 4, lane_table: pd.D
             "end_ns": origin + np.round((nonempty % n_bins + 1) * width).astype(np.int64),
             "busy": busy[nonempty],
             "count": counts[nonempty].astype(np.int64),
+            "overlap": overlap[nonempty],
             "kind": pd.Categorical.from_codes(dominant % len(kind_names), kind_names),
             "name": pd.Categorical.from_codes(dominant // len(kind_names), name_names),
         }))
@@ -400,44 +420,6 @@ def _dominant(cell: np.ndarray, code: np.ndarray, total: np.ndarray, cells: np.n
     return code[best][np.searchsorted(cell[best], cells)]
 
 
-def union_intervals(lane: np.ndarray, start: np.ndarray, end: np.ndarray, span: int) -> tuple[np.ndarray, ...]:
-    """The union of intervals per lane (|times| <= span), as (lane, start, end) of disjoint intervals."""
-    if len(start) == 0:
-        return lane, start, end
-    # Lanes are set apart on one axis, so that one running max serves all: lane · (2·span + 2) + time. Where
-    # that would pass int64 (times near 2**62 ns in a broken trace), the times are replaced by their ranks
-    # among all of them, which order alike.
-    start_key, end_key, step = start, end, 2 * span + 2
-    if (int(lane.max()) + 1) * step >= 2**63:
-        times, ranks = np.unique(np.concatenate([start, end]), return_inverse=True)
-        start_key, end_key, step = ranks[:len(start)], ranks[len(start):], len(times)
-    shift = lane.astype(np.int64) * step
-    order = np.lexsort((start, lane))
-    reach = np.maximum.accumulate(end_key[order] + shift[order])
-    head = np.ones(len(order), dtype=bool)
-    head[1:] = start_key[order][1:] + shift[order][1:] > reach[:-1]
-    first = np.flatnonzero(head)
-    return lane[order][first], start[order][first], np.maximum.reduceat(end[order], first)
-
-
-def _spread(lane: np.ndarray, start: np.ndarray, end: np.ndarray, width: float,
-            n_bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Cut intervals (ns from the origin) at bin edges: per piece its cell (lane·n_bins + bin), its
-    length in ns and the index of the interval it came from."""
-    first = np.minimum((start / width).astype(np.int64), n_bins - 1)
-    last = np.clip(np.ceil(end / width).astype(np.int64) - 1, first, n_bins - 1)
-    whole = np.flatnonzero(first == last)  # most intervals sit inside one bin: nothing to cut
-    cut = np.flatnonzero(first != last)
-    pieces = last[cut] - first[cut] + 1
-    cut_owner = np.repeat(cut, pieces)
-    cut_bin = first[cut_owner] + np.arange(len(cut_owner)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
-    cut_overlap = np.minimum(end[cut_owner], (cut_bin + 1) * width) - np.maximum(start[cut_owner], cut_bin * width)
-    owner = np.concatenate([whole, cut_owner])
-    bin_ = np.concatenate([first[whole], cut_bin])
-    overlap = np.concatenate([(end[whole] - start[whole]).astype(np.float64), np.maximum(cut_overlap, 0.0)])
-    return lane[owner].astype(np.int64) * n_bins + bin_, overlap, owner
-
-
 def _bounds(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """Start and end of every event, int64 ns."""
     start = _numpy(trace.events["start_ns"])
@@ -485,6 +467,6 @@ def _lane_key(device: str, label: str, events: int) -> tuple:
     kind, _, index = device.partition(":")
     if device == OTHER_DEVICES:
         return (2, "", 0), ()
-    device_key = (0, "", 0) if device == "cpu" else (1, kind, int(index) if index.isdigit() else 0)
+    device_key = (1, "", 0) if device == "cpu" else (0, kind, int(index) if index.isdigit() else 0)
     within = (-int(events), natural_key(label)) if device == "cpu" else (natural_key(label),)
     return device_key, within

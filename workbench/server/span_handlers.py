@@ -5,7 +5,8 @@
                                                                   folded lane's tracks as lanes of their own
     GET runs/<id>/search?q=[&regex=0|1][&limit=][&from_ns=]       name search over the whole run
     GET runs/<id>/aggregate?start_ns=&end_ns=[&limit=]            count, total and self time per name in a range
-    GET runs/<id>/events/<row>                                    one event's fields, launcher and launches
+    GET runs/<id>/events/<row>                                    one event's fields, launcher and launches, and
+                                                                  a kernel's launch facts (grid, block, ...)
 
 They send `workbench.analysis.spans.queries`'s dicts as JSON (the notebook calls the same functions) and answer from
 the run's open index (`workbench.analysis.spans.index.RUNS`). Like every API route they are authenticated,

@@ -22,7 +22,7 @@ from workbench.analysis.findings.bottlenecks import analyze_run
 from workbench.analysis.noise import latency_noise
 from workbench.analysis.roofline import run_device_spec
 from workbench.analysis.summary import model_label
-from workbench.analysis.timeline import count_spans
+from workbench.analysis.timeline import count_spans, time_extent
 from workbench.trace.schema import PHASE_MEASURE
 from workbench.trace.store.bundle import Bundle
 from workbench.views.counter_tracks import counter_tracks
@@ -67,8 +67,8 @@ def dashboard(bundle: Bundle, *, width: int = 1200, max_spans: int = 20_000, dev
         return column(heading, Div(text=f"No trace in this run: {reason}", render_as_text=True, width=width))
     trace = bundle.trace()
     events = trace.events
-    first = int(events["start_ns"].to_numpy().min()) if events.num_rows else 0
-    last = int((events["start_ns"].to_numpy() + events["dur_ns"].to_numpy()).max()) if events.num_rows else 1
+    first, last = time_extent(events["start_ns"].to_numpy(), events["dur_ns"].to_numpy())  # no lone marker stretches it
+    last = max(last, first + 1)
     pad = max((last - first) * 0.01, 1)
     window = phase_window(trace, PHASE_MEASURE)
     # A capture opens on its steady state (the measured steps); reset and zooming out reach the rest.
@@ -76,8 +76,9 @@ def dashboard(bundle: Bundle, *, width: int = 1200, max_spans: int = 20_000, dev
     margin = max((end - start) * 0.02, 1)
     shown = (int(start - margin), int(end + margin))
     x_range = Range1d(*shown, bounds=(first - pad, last + pad))
+    tracks = counter_tracks(trace, x_range=x_range, width=width)  # None when the trace has none
     time_view = timeline_panel(trace, x_range=x_range, width=width, max_spans=max_spans, windows=windows,
-                               detail=shown if window and _fits(trace, shown, max_spans) else None)
+                               detail=shown if window and _fits(trace, shown, max_spans) else None, below=tracks)
     ops = op_table_view(trace, ("op",), window, width=width, height=320)
     kernels = op_table_view(trace, ("kernel",), window, width=width, height=320)
     spans = time_view.select_one({"name": SPANS_SOURCE})  # None when the timeline is a note
@@ -99,8 +100,7 @@ def dashboard(bundle: Bundle, *, width: int = 1200, max_spans: int = 20_000, dev
                       TabPanel(child=roof, title="roofline"),
                       TabPanel(child=findings_panel(analysis["findings"], analysis["idle"], scope=scope, width=width,
                                                     x_range=x_range), title="findings")])
-    tracks = counter_tracks(trace, x_range=x_range, width=width)  # None when the trace has none
-    return column(heading, time_view, *([] if tracks is None else [tracks]), tabs)
+    return column(heading, time_view, tabs)
 
 
 def _roofline_panel(bundle: Bundle, analysis: dict[str, Any], device: str | None, width: int) -> LayoutDOM:

@@ -1,13 +1,16 @@
 """The op timeline: one lane per track, spans coloured by kind, nested by depth, with level of detail.
 
-Lanes come grouped by device (host threads, then each accelerator's streams or cores), labelled for people
-(`views.timeline_lanes`); inside a lane each nesting depth has its own row. Step and phase annotations are
-translucent bands across all lanes, with a strip above the lanes to hover and click (a click zooms to that
-step). Wheel zoom and pan are on by default and stay on; W/S zoom and A/D pan while the pointer is over the
-plot, as in Perfetto. Names are drawn inside the spans wide enough to hold them. Clicking a span selects it
-with its launcher or launched kernels, fills the details sources (`DETAILS`, `RELATED`: the dashboard's
-details pane shows them) and draws flow arrows from a launch to its kernels. A range selected with the x
-box select fills `AGGREGATE` (count, total and self time per name).
+Lanes come grouped by device (each accelerator's streams or cores, then the host threads), labelled for people
+(`views.timeline_lanes`); inside a lane each nesting depth has its own row, and a device lane is at least
+`DEVICE_LANE_ROWS` high. A click on a lane's label collapses it to one row or expands it back
+(`views.timeline_js.COLLAPSE`). Step and phase annotations are translucent bands across all lanes, with a strip
+above the lanes to hover and click (a click zooms to that step). Wheel zoom and pan are on by default and stay
+on; W/S zoom and A/D pan while the pointer is over the plot, as in Perfetto. Names are drawn inside the spans
+wide enough to hold them. Clicking a span (or a search or a jump landing on one) makes it the focus: it is
+selected with its launcher or launched kernels, outlined with a marker at its start (`FOCUS`, `MARKER`), fills
+the details sources (`DETAILS`, with a kernel's launch facts; `RELATED`: the dashboard's details pane shows
+them) and draws flow arrows from a launch to its kernels. A range selected with the x box select fills
+`AGGREGATE` (count, total and self time per name).
 
 Large traces: the figure embeds (a) precomputed density levels (`workbench.analysis.timeline.density`)
 and (b) the real spans of some windows holding at most `max_spans` events, never the whole trace, so a
@@ -49,6 +52,8 @@ from bokeh.models.layouts import LayoutDOM
 from bokeh.plotting import figure
 from bokeh.transform import factor_cmap
 
+from workbench.analysis.launch_facts import FIELDS as LAUNCH_FIELDS
+from workbench.analysis.launch_facts import events_launch_facts, facts_text
 from workbench.analysis.timeline import (
     count_spans,
     density,
@@ -60,6 +65,7 @@ from workbench.analysis.timeline import (
 from workbench.trace import Trace
 from workbench.trace.schema import KINDS
 from workbench.views import timeline_js as js
+from workbench.views import timeline_select_js as select_js
 from workbench.views._style import KIND_COLORS, KIND_PALETTE, PHASE_BAND_COLOR, STEP_BAND_COLORS, time_ticks
 from workbench.views.timeline_density import draw_density, draw_remote_density, set_initial_mode
 from workbench.views.timeline_lanes import lane_names
@@ -75,10 +81,21 @@ DETAILS, RELATED, AGGREGATE, WINDOWS = "timeline details", "timeline related", "
 windows with real spans."""
 AGGREGATE_INFO = "timeline aggregate info"
 """`name` of the Div saying what the range aggregate covers."""
+FOCUS, MARKER, LANES = "timeline focus", "timeline focus marker", "timeline lanes"
+"""`name`s of the outline of the focused span (the one the details pane shows), of the vertical marker at its start,
+and of the source of the lanes drawn (lane, device, rows, text, collapsed: `views.timeline_js.RELAYOUT` places them)."""
+FOCUS_COLOR = "#ff7f0e"
+"""Colour of the focused span's outline and marker (no kind is drawn in it)."""
 FOLDED = "folded lanes"
 """Key of the figure's `tags[0]` listing its folded lanes (lane, device, label, tracks), for the lane expander."""
 LANE_GAP = 0.5
 """Rows of space between two lanes (twice that between devices)."""
+DEVICE_LANE_ROWS = 2.0
+"""Height (in rows) a device lane takes at least: a stream's kernels never nest, and one thin row of them would
+be the least readable lane of the timeline. Its rows are taller instead (`unit`, see `_lane_layout`)."""
+MAX_HEIGHT_PX, TALL_HEIGHT_PX = 1000, 2400
+"""Tallest figure by default (`_height`: a big trace stays on one screen), and once a folded lane is expanded into
+its tracks (the page scrolls, and each lane stays readable)."""
 ROW_PX = 16
 """Screen height of one nesting row at the default figure height."""
 SHAPES_CHARS = 200
@@ -88,8 +105,8 @@ INSTANT_PX = 9
 LABEL_FONT_PX, LABEL_CHAR_PX, LABEL_PAD_PX, MAX_LABELS = 10, 6.2, 6, 2_000
 """Names inside spans: font size, the width of a character, the room left around a name, the most drawn."""
 
-_SPAN_KEYS = ("left", "right", "y", "lane", "depth", "instant_px", "dur_ns", "name", "kind", "shapes", "flops", "row",
-              "launcher_idx", "launcher_name", "launched", "parent_idx")
+_SPAN_KEYS = ("left", "right", "y", "h", "lane", "depth", "instant_px", "dur_ns", "name", "kind", "shapes", "flops",
+              "row", "launcher_idx", "launcher_name", "launched", "parent_idx", "launch")
 """Columns of the span source (see `_span_columns`; `views.timeline_js.APPLY_REPLY` writes the same)."""
 
 Window = tuple[int, int, str]
@@ -131,7 +148,7 @@ def timeline(trace: Trace, *, x_range: Range1d | None = None, width: int = 1200,
                  active_scroll=wheel, title=_title(trace, lane_table))
     _keep_active(pan, [box_zoom, box_select])
     _keep_active(wheel, [])
-    band_renderers = _draw_bands(fig, bands, layout, x_range)
+    band_renderers, band_fill = _draw_bands(fig, bands, layout, x_range)
     level_renderers = draw_density(fig, lod, layout)
     remote = ColumnDataSource(data={}, name=REMOTE)
     remote_bars = draw_remote_density(fig)
@@ -142,10 +159,10 @@ def timeline(trace: Trace, *, x_range: Range1d | None = None, width: int = 1200,
     boxes = fig.quad(left="left", right="right", top=float(layout["bottom"].max()), bottom=0, source=window_source,
                      fill_alpha=0, line_color="black", line_dash="dashed", line_alpha=0.6)
     fig.add_tools(TapTool(renderers=[*span_renderers, *band_renderers]))
+    focus, marker = _draw_focus(fig)
     status = Title(text="", text_font_style="italic", text_font_size="11px")
     fig.add_layout(status, "above")
     set_initial_mode(source, lod, span_renderers, level_renderers, boxes, status, x_range, (first, last), width)
-    lane_top = layout["top"].tolist()
     lod_callback = CustomJS(args={"xr": x_range, "source": source, "spans": span_renderers, "levels": level_renderers,
                                   "bin_ns": [lod.bin_ns(level) for level in range(len(lod.bins))],
                                   "status": status, "boxes": boxes, "plot": fig, "width": width,
@@ -162,14 +179,19 @@ def timeline(trace: Trace, *, x_range: Range1d | None = None, width: int = 1200,
     source.js_on_change("data", labels_callback)
     names = lane_names(trace, lane_table)
     separators = _style_axes(fig, layout, names)
+    lane_text = [f"{device} · {name}" for device, name in zip(layout["device"], names, strict=True)]
+    lane_source = ColumnDataSource({"lane": layout["lane"].tolist(), "device": layout["device"].tolist(),
+                                    "rows": layout["depth_rows"].tolist(), "text": lane_text,
+                                    "collapsed": [False] * len(layout)}, name=LANES)
+    placing = {"lanes": lane_source, "source": source, "levels": level_renderers, "remote_bars": remote_bars,
+               "yaxis": fig.yaxis[0], "separators": separators, "bottoms": band_fill, "tops": [boxes],
+               "plot": fig, "lane_gap": LANE_GAP, "row_px": ROW_PX, "strip": strip, "device_rows": DEVICE_LANE_ROWS,
+               "max_px": MAX_HEIGHT_PX, "tall_px": TALL_HEIGHT_PX, "lane_text": lane_text}
     remote.js_on_change("tags", CustomJS(code=js.APPLY_REPLY, args={
-        "remote": remote, "source": source, "remote_bars": remote_bars, "lane_top": lane_top,
-        "lane_rows": layout["rows"].tolist(), "instant_px": INSTANT_PX, "all_kinds": list(KINDS),
-        "plot": fig, "yaxis": fig.yaxis[0], "separators": separators, "lane_gap": LANE_GAP, "row_px": ROW_PX,
-        "strip": strip, "lane_text": [f"{device} · {name}" for device, name
-                                      in zip(layout["device"], names, strict=True)]}))
+        **placing, "remote": remote, "instant_px": INSTANT_PX, "all_kinds": list(KINDS)}))
+    fig.js_on_event(events.Tap, CustomJS(code=js.COLLAPSE, args={**placing, "what": None}, name=js.COLLAPSE_CALLBACK))
     remote.js_on_change("tags", request)  # the panel sets empty tags once it has installed its API
-    _link_selection(fig, source, remote, x_range, names)
+    _link_selection(fig, source, remote, x_range, names, focus, marker)
     _aggregate_on_range(fig, source, remote)
     keys = CustomJS(args={"xr": x_range, "plot": fig}, code=js.KEYS)
     for event in (events.MouseEnter, events.MouseLeave, events.MouseMove):
@@ -240,7 +262,7 @@ def _ink(color: str) -> str:
 
 
 def _link_selection(fig: figure, source: ColumnDataSource, remote: ColumnDataSource, x_range: Range1d,
-                    names: list[str]) -> None:
+                    names: list[str], focus: ColumnDataSource, marker: Span) -> None:
     """Selection links launches and kernels, fills the details sources and draws the flow arrows."""
     details = ColumnDataSource({"field": [], "value": []}, name=DETAILS)
     related = ColumnDataSource({key: [] for key in ("relation", "name", "start", "duration", "start_ns", "dur_ns",
@@ -248,11 +270,26 @@ def _link_selection(fig: figure, source: ColumnDataSource, remote: ColumnDataSou
     arrows = ColumnDataSource({"x0": [], "y0": [], "x1": [], "y1": []})
     fig.add_layout(Arrow(end=VeeHead(size=8, fill_color="black"), x_start="x0", y_start="y0", x_end="x1",
                          y_end="y1", source=arrows, line_color="black", line_width=1.5))
-    source.selected.js_on_change("indices", CustomJS(code=js.SELECT, args={
+    source.selected.js_on_change("indices", CustomJS(code=select_js.SELECT, args={
         "source": source, "details": details, "related": related, "arrows": arrows, "remote": remote,
-        "lane_names": names}))
-    related.selected.js_on_change("indices", CustomJS(code=js.FOLLOW_RELATED, args={
-        "related": related, "source": source, "xr": x_range, "remote": remote}))
+        "lane_names": names, "focus": focus, "marker": marker, "launch_fields": list(LAUNCH_FIELDS)}))
+    related.selected.js_on_change("indices", CustomJS(code=select_js.FOLLOW_RELATED, args={
+        "related": related, "source": source, "xr": x_range, "remote": remote, "details": details,
+        "marker": marker}))
+
+
+def _draw_focus(fig: figure) -> tuple[ColumnDataSource, Span]:
+    """The focused span's outline (a ring at its start too, so that a span narrower than a pixel, or an instant,
+    stands out) and a vertical marker at its start across all lanes; `views.timeline_select_js.SELECT` moves them."""
+    focus = ColumnDataSource({"x": [], "left": [], "right": [], "y": [], "h": []}, name=FOCUS)
+    fig.hbar(y="y", left="left", right="right", height="h", source=focus, fill_alpha=0, line_color=FOCUS_COLOR,
+             line_width=3)
+    fig.scatter(x="x", y="y", source=focus, marker="circle", size=16, fill_alpha=0, line_color=FOCUS_COLOR,
+                line_width=2.5)
+    marker = Span(location=None, dimension="height", line_color=FOCUS_COLOR, line_width=1.5, line_dash="dashed",
+                  visible=False, name=MARKER)
+    fig.add_layout(marker)
+    return focus, marker
 
 
 def _aggregate_on_range(fig: figure, source: ColumnDataSource, remote: ColumnDataSource) -> None:
@@ -265,21 +302,29 @@ def _aggregate_on_range(fig: figure, source: ColumnDataSource, remote: ColumnDat
 
 
 def _lane_layout(lane_table: pd.DataFrame) -> pd.DataFrame:
-    """Vertical placement of each lane: | lane | device | label | top | rows | bottom | (y grows downwards)."""
-    rows = lane_table["max_depth"].to_numpy() + 1
+    """Vertical placement of each lane (y grows downwards):
+    | lane | device | label | top | depth_rows | unit | rows | bottom | new_device |.
+
+    A lane has a row per nesting depth (`depth_rows`), each `unit` high: 1, but a device lane is at least
+    `DEVICE_LANE_ROWS` high. `rows` is its height in rows (`depth_rows · unit`). `views.timeline_js.RELAYOUT`
+    places lanes the same way in the browser (with collapsed lanes one row)."""
+    depth_rows = lane_table["max_depth"].to_numpy() + 1
     devices = lane_table["device"].to_numpy()
+    unit = np.where(devices == "cpu", 1.0, np.maximum(1.0, DEVICE_LANE_ROWS / depth_rows))
+    rows = depth_rows * unit
     new_device = np.r_[False, devices[1:] != devices[:-1]]
     gaps = np.where(new_device, 2 * LANE_GAP, LANE_GAP)
     gaps[0] = 0
     top = np.cumsum(gaps + np.r_[0, rows[:-1]])
     return pd.DataFrame({"lane": lane_table["lane"], "device": lane_table["device"], "label": lane_table["label"],
-                         "top": top.astype(float), "rows": rows, "bottom": (top + rows).astype(float),
-                         "new_device": new_device})
+                         "top": top.astype(float), "depth_rows": depth_rows, "unit": unit, "rows": rows,
+                         "bottom": (top + rows).astype(float), "new_device": new_device})
 
 
 def _span_columns(trace: Trace, table: pd.DataFrame, layout: pd.DataFrame) -> dict[str, object]:
     """The span source's columns for the `spans` table of a window."""
-    top = layout.set_index("lane")["top"]
+    placed = layout.set_index("lane")
+    top, unit = placed["top"].reindex(table["lane"]).to_numpy(), placed["unit"].reindex(table["lane"]).to_numpy()
     position = pd.Series(np.arange(len(table)), index=table["row"].to_numpy())
     launcher = table["launcher"].to_numpy()
     linked = launcher >= 0
@@ -289,7 +334,8 @@ def _span_columns(trace: Trace, table: pd.DataFrame, layout: pd.DataFrame) -> di
     return {
         "left": table["start_ns"].to_numpy(dtype=np.float64),
         "right": table["end_ns"].to_numpy(dtype=np.float64),
-        "y": (top.reindex(table["lane"]).to_numpy() + table["depth"].to_numpy() + 0.5).astype(np.float32),
+        "y": (top + (table["depth"].to_numpy() + 0.5) * unit).astype(np.float32),
+        "h": (0.8 * unit).astype(np.float32),
         "lane": table["lane"].to_numpy(dtype=np.int32),
         "depth": table["depth"].to_numpy(dtype=np.int32),
         "instant_px": np.where(table["dur_ns"].to_numpy() == 0, INSTANT_PX, 0).astype(np.uint8),
@@ -303,6 +349,8 @@ def _span_columns(trace: Trace, table: pd.DataFrame, layout: pd.DataFrame) -> di
         "launcher_name": launcher_name,
         "launched": table["launched"].to_numpy(dtype=np.int32),
         "parent_idx": position.reindex(parent).fillna(-1).to_numpy(dtype=np.int32),
+        "launch": np.array([facts_text(facts) for facts in events_launch_facts(trace.events, table["row"].to_numpy())],
+                           dtype=object),
     }
 
 
@@ -314,13 +362,14 @@ def _strip_rows(bands: pd.DataFrame) -> int:
 def _height(layout: pd.DataFrame, strip: int) -> int:
     """Figure height in px: `ROW_PX` per row, within bounds that keep big traces on one screen."""
     rows = float(layout["bottom"].max()) + strip + 2 * LANE_GAP
-    return int(min(max(rows * ROW_PX + 140, 240), 1000))
+    return int(min(max(rows * ROW_PX + 140, 240), MAX_HEIGHT_PX))
 
 
-def _draw_bands(fig: figure, bands: pd.DataFrame, layout: pd.DataFrame, x_range: Range1d) -> list[GlyphRenderer]:
-    """Translucent step/phase bands across all lanes and the clickable strip above them."""
+def _draw_bands(fig: figure, bands: pd.DataFrame, layout: pd.DataFrame,
+                x_range: Range1d) -> tuple[list[GlyphRenderer], list[GlyphRenderer]]:
+    """Translucent step/phase bands across all lanes and the clickable strip above them: (the strip, the bands)."""
     if bands.empty:
-        return []
+        return [], []
     tiers = sorted(bands["tier"].unique())
     row = bands["tier"].map({tier: i for i, tier in enumerate(tiers)}).to_numpy()
     step_index = bands.groupby("tier").cumcount().to_numpy()
@@ -335,21 +384,21 @@ def _draw_bands(fig: figure, bands: pd.DataFrame, layout: pd.DataFrame, x_range:
         "strip_top": row - len(tiers) + 0.05,
         "strip_bottom": row - len(tiers) + 0.95,
     })
-    fig.quad(left="left", right="right", top=0, bottom=float(layout["bottom"].max()), source=source,
-             fill_color="color", fill_alpha=0.18, line_color=None, selection_fill_alpha=0.3,
-             nonselection_fill_alpha=0.18)
+    fill = fig.quad(left="left", right="right", top=0, bottom=float(layout["bottom"].max()), source=source,
+                    fill_color="color", fill_alpha=0.18, line_color=None, selection_fill_alpha=0.3,
+                    nonselection_fill_alpha=0.18)
     strip = fig.quad(left="left", right="right", top="strip_top", bottom="strip_bottom", source=source,
                      fill_color="color", line_color="white", fill_alpha=0.9, nonselection_fill_alpha=0.9)
     fig.add_tools(HoverTool(renderers=[strip], tooltips=[("", "@name"), ("duration", "@dur_ms{0,0.000} ms"),
                                                          ("", "click to zoom to it")]))
     source.selected.js_on_change("indices", CustomJS(args={"xr": x_range, "bands": source}, code=js.ZOOM_TO_BAND))
-    return [strip]
+    return [strip], [fill]
 
 
 def _draw_spans(fig: figure, source: ColumnDataSource) -> list[GlyphRenderer]:
     """Real spans as bars in their lane's row for their depth, coloured by kind; instants as diamonds."""
     color = factor_cmap("kind", list(KIND_PALETTE), list(KINDS))
-    bars = fig.hbar(y="y", left="left", right="right", height=0.8, source=source, fill_color=color, line_color=None,
+    bars = fig.hbar(y="y", left="left", right="right", height="h", source=source, fill_color=color, line_color=None,
                     nonselection_fill_alpha=0.35, selection_line_color="black")
     instants = fig.scatter(x="left", y="y", size="instant_px", marker="diamond", source=source, fill_color=color,
                            line_color=None, nonselection_fill_alpha=0.35)
@@ -363,14 +412,15 @@ def _draw_spans(fig: figure, source: ColumnDataSource) -> list[GlyphRenderer]:
 
 
 def _style_axes(fig: figure, layout: pd.DataFrame, names: list[str]) -> list[Span]:
-    """Time axis below; one label per lane ("device · name", `names` from `lane_names`), a rule between devices
-    (returned)."""
+    """Time axis below; one label per lane ("device · name", `names` from `lane_names`; "▾ " before it for a lane of
+    several rows: a click on it collapses the lane), a rule between devices (returned)."""
     fig.xaxis.formatter = time_ticks()
     fig.xaxis.axis_label = "time from trace start"
     centers = (layout["top"] + layout["rows"] / 2).to_list()
     fig.yaxis.ticker = FixedTicker(ticks=centers)
-    fig.yaxis.major_label_overrides = {center: f"{device} · {name}" for center, device, name
-                                       in zip(centers, layout["device"], names, strict=True)}
+    fig.yaxis.major_label_overrides = {center: ("▾ " if rows > 1 else "") + f"{device} · {name}" for
+                                       center, device, name, rows
+                                       in zip(centers, layout["device"], names, layout["depth_rows"], strict=True)}
     fig.yaxis.major_tick_line_color = None
     fig.ygrid.grid_line_color = None
     rules = [Span(location=top - LANE_GAP, dimension="width", line_color="gray", line_alpha=0.6)

@@ -18,8 +18,9 @@ REMOTE_BARS = "timeline remote density"
 
 
 def draw_density(fig: figure, lod: Density, layout: pd.DataFrame) -> list[GlyphRenderer]:
-    """One renderer of density bars per level, all hidden (the LOD logic shows one); hover names the
-    dominant span of a bar through a name list shipped once, not per bar."""
+    """One renderer of density bars per level, all hidden (the LOD logic shows one); hover counts the events
+    that make a bar (those overlapping it: a bar drawn busy always has some, though all may have started
+    earlier) and names its dominant span through a name list shipped once, not per bar."""
     cells = lod.cells
     names = cells["name"].astype("category").cat.remove_unused_categories()
     vocabulary = [str(name) for name in names.cat.categories]
@@ -32,12 +33,14 @@ def draw_density(fig: figure, lod: Density, layout: pd.DataFrame) -> list[GlyphR
         top, rows = placed["top"].reindex(lane).to_numpy(), placed["rows"].reindex(lane).to_numpy()
         busy = cells["busy"].to_numpy()[at]
         source = ColumnDataSource({
+            "lane": lane.astype(np.int32),
             "x": ((cells["start_ns"].to_numpy()[at] + cells["end_ns"].to_numpy()[at]) / 2).astype(np.float64),
             "y": (top + rows / 2).astype(np.float32),
             "h": (rows - 0.1).astype(np.float32),
             "busy": busy.astype(np.float32),
             "alpha": (0.15 + 0.85 * busy).astype(np.float32),
             "count": cells["count"].to_numpy()[at].astype(np.int32),
+            "overlap": cells["overlap"].to_numpy()[at].astype(np.int32),
             "kind_id": cells["kind"][at].astype(str).map(kind_index).fillna(kind_index["other"])
                                         .to_numpy(dtype=np.int8),
             "name_id": names.cat.codes.to_numpy()[at].astype(np.int32),
@@ -47,7 +50,7 @@ def draw_density(fig: figure, lod: Density, layout: pd.DataFrame) -> list[GlyphR
                                   fill_color={"field": "kind_id", "transform": mapper}, fill_alpha="alpha",
                                   line_color=None, visible=False))
     fig.add_tools(HoverTool(renderers=renderers, tooltips=[
-        ("aggregated", "@count{0,0} events starting here"), ("busy", "@busy{0%}"),
+        ("events", "@overlap{0,0} overlapping this bar, @count{0,0} starting in it"), ("busy", "@busy{0%}"),
         ("mostly", "@name_id{name}"), ("kind", "@kind_id{kind}")],
         formatters={"@name_id": CustomJSHover(args={"names": vocabulary}, code="return names[value]"),
                     "@kind_id": CustomJSHover(args={"kinds": list(KINDS)}, code="return kinds[value]")}))
@@ -55,13 +58,17 @@ def draw_density(fig: figure, lod: Density, layout: pd.DataFrame) -> list[GlyphR
 
 
 def draw_remote_density(fig: figure) -> GlyphRenderer:
-    """The bars of the lanes a `spans` reply gives as density (empty until one arrives; `APPLY_REPLY` fills it)."""
-    source = ColumnDataSource({key: [] for key in ("x", "w", "y", "h", "alpha", "kind_id", "name", "count", "busy")})
+    """The bars of the lanes a `spans` reply gives as density (empty until one arrives; `APPLY_REPLY` fills it). A
+    reply counts the events starting in each pixel (docs/api-spans.md), so the hover says so: a pixel inside a long
+    span is busy with none starting there."""
+    source = ColumnDataSource({key: [] for key in ("lane", "x", "w", "y", "h", "alpha", "kind_id", "name", "count",
+                                                   "busy")})
     mapper = LinearColorMapper(palette=list(KIND_PALETTE), low=-0.5, high=len(KINDS) - 0.5)
     bars = fig.rect(x="x", y="y", width="w", height="h", source=source, line_color=None, visible=False,
                     name=REMOTE_BARS, fill_color={"field": "kind_id", "transform": mapper}, fill_alpha="alpha")
     fig.add_tools(HoverTool(renderers=[bars], tooltips=[
-        ("aggregated", "@count{count} events starting here"), ("busy", "@busy{0%}"), ("mostly", "@name")],
+        ("events starting in this pixel", "@count{count}"),
+        ("busy", "@busy{0%} (spans that started earlier count too)"), ("longest starting here", "@name")],
         formatters={"@count": js.hover(js.COUNT_HOVER)}))
     return bars
 

@@ -47,6 +47,82 @@ const jump = (xr, source, start, dur) => {
 """
 """`jump(xr, source, start, dur)`: center the view on an event, zooming in when it would be too narrow to see."""
 
+RELAYOUT = """
+const relayout = () => {
+  // views.timeline._lane_layout, from `lanes` (one row per lane drawn, in order; `collapsed` ones take one row)
+  const L = lanes.data, top = new Map(), rows = new Map(), unit = new Map(), ticks = [], labels = new Map();
+  const rules = [];
+  let y = 0;
+  for (let i = 0; i < L.lane.length; i++) {
+    if (i > 0) {
+      const new_device = L.device[i] != L.device[i - 1];
+      y += new_device ? 2 * lane_gap : lane_gap;
+      if (new_device) rules.push(y - lane_gap);
+    }
+    const r = L.collapsed[i] ? 1 : L.rows[i], u = L.device[i] == "cpu" ? 1 : Math.max(1, device_rows / r);
+    top.set(L.lane[i], y); rows.set(L.lane[i], r); unit.set(L.lane[i], u);
+    ticks.push(y + r * u / 2);
+    labels.set(y + r * u / 2, (L.rows[i] > 1 ? (L.collapsed[i] ? "\u25b8 " : "\u25be ") : "") + L.text[i]);
+    y += r * u;
+  }
+  const d = source.data, n = d.lane.length, sy = new Array(n), sh = new Array(n);
+  for (let i = 0; i < n; i++) {
+    const lane = d.lane[i], t = top.get(lane);
+    if (t == null || d.depth[i] >= rows.get(lane)) { sy[i] = NaN; sh[i] = 0; continue; }  // in a collapsed lane
+    sy[i] = t + (d.depth[i] + 0.5) * unit.get(lane);
+    sh[i] = 0.8 * unit.get(lane);
+  }
+  source.data = {...d, y: sy, h: sh};
+  for (const bars of [...levels, remote_bars]) {
+    const b = bars.data_source.data, by = new Array(b.lane.length), bh = new Array(b.lane.length);
+    for (let i = 0; i < b.lane.length; i++) {
+      const lane = b.lane[i], t = top.get(lane);
+      by[i] = t == null ? NaN : t + rows.get(lane) * unit.get(lane) / 2;
+      bh[i] = t == null ? 0 : rows.get(lane) * unit.get(lane) - 0.1;
+    }
+    bars.data_source.data = {...b, y: by, h: bh};
+  }
+  yaxis.ticker.ticks = ticks;
+  yaxis.major_label_overrides = labels;
+  separators.forEach((rule, k) => { rule.visible = k < rules.length; if (k < rules.length) rule.location = rules[k]; });
+  for (const r of bottoms) r.glyph.bottom = {value: y};
+  for (const r of tops) r.glyph.top = {value: y};
+  plot.y_range.start = y + lane_gap;
+  // taller than the figure's one screen (views.timeline._height) once lanes are expanded: the page scrolls
+  plot.height = Math.round(Math.min(Math.max((y + strip + 2 * lane_gap) * row_px + 140, 240),
+                                    L.lane.length > lane_text.length ? tall_px : max_px));
+  const focus = source._wb_focus, at = focus == null ? -1 : source.data.row.indexOf(focus);
+  if (at >= 0) { source.selected._linked = null; source.selected.indices = [at]; }
+};
+"""
+"""`relayout()`: place every lane from the `lanes` source (its rows, or one when collapsed: its deeper spans are then
+hidden; a device lane at least `device_rows` tall) and move what is drawn to match: spans, density bars, the lane
+labels (a triangle marks a lane that collapses or expands), the device rules, the bands and boxes, the y-range and
+the figure's height; the focused span is selected again so its marker and arrows follow."""
+
+COLLAPSE_CALLBACK = "timeline collapse"
+"""`name` of the figure's `COLLAPSE` callback (the panes' lane list runs the same code with the same args)."""
+
+COLLAPSE = RELAYOUT + """
+const L = lanes.data, collapsed = [...L.collapsed];
+if (what != null) {  // the panes' buttons: every lane of several rows
+  for (let i = 0; i < L.lane.length; i++) collapsed[i] = what == "collapse" && L.rows[i] > 1;
+} else {  // a click left of the plot's frame: on a lane's label
+  const view = (cb_context?.index ?? Bokeh.index).find_one(plot);
+  if (view == null || cb_obj.sx >= view.frame.bbox.left) return;
+  const ticks = yaxis.ticker.ticks;
+  let i = -1;
+  for (let k = 0; k < ticks.length; k++)
+    if (i < 0 || Math.abs(cb_obj.y - ticks[k]) < Math.abs(cb_obj.y - ticks[i])) i = k;
+  if (i < 0 || L.rows[i] < 2) return;
+  collapsed[i] = !collapsed[i];
+}
+lanes.data = {...L, collapsed};
+relayout();
+"""
+"""A lane collapses to one row (its top-level spans; deeper ones hidden) or expands back: a click on its label (`what`
+null: the figure's tap), or all lanes at once (`what` "collapse" or "expand": the panes' buttons)."""
+
 LOD = """
 const x0 = Math.max(xr.start, extent[0]), x1 = Math.min(xr.end, extent[1]);
 const tags = source.tags;
@@ -92,7 +168,7 @@ const out = {x: [], y: [], text: [], color: []};
 if (bars.visible) {
   const x0 = xr.start, x1 = xr.end, scale = Math.max(plot.inner_width || width, 1) / Math.max(x1 - x0, 1);
   for (let i = 0; i < left.length && out.x.length < max_labels; i++) {
-    if (right[i] <= x0 || left[i] >= x1) continue;
+    if (right[i] <= x0 || left[i] >= x1 || !isFinite(y[i])) continue;  // out of view, or in a collapsed lane
     const a = Math.max(left[i], x0), b = Math.min(right[i], x1), room = Math.floor(((b - a) * scale - pad) / char_px);
     if (room < 5) continue;
     const text = name[i].length <= room ? name[i] : name[i].slice(0, room - 1) + "\u2026";
@@ -173,63 +249,41 @@ remote._wb_timer = setTimeout(() => remote._wb_fetch(false), 200);
 each side, so small pans need nothing new), with the lane expansion chosen (`remote._wb_expand`, see
 `EXPAND`); `remote._wb_fetch(true)` asks again at once."""
 
-APPLY_REPLY = """
+APPLY_REPLY = RELAYOUT + """
 const reply = remote.tags[0];
 if (reply == null || reply.lanes == null) return;
 const names = reply.names, kinds = reply.kinds;
 const old = source.data, kept = new Set(source.selected.indices.map((i) => old.row[i]));
-const cols = {left: [], right: [], y: [], lane: [], depth: [], instant_px: [], dur_ns: [], name: [], kind: [],
-              shapes: [], flops: [], row: [], launcher_idx: [], launcher_name: [], launched: [], parent_idx: []};
+const cols = {left: [], right: [], y: [], h: [], lane: [], depth: [], instant_px: [], dur_ns: [], name: [], kind: [],
+              shapes: [], flops: [], row: [], launcher_idx: [], launcher_name: [], launched: [], parent_idx: [],
+              launch: []};
 const launcher = [];
-const bars = {x: [], w: [], y: [], h: [], alpha: [], kind_id: [], name: [], count: [], busy: []};
-let tops = lane_top, heights = lane_rows;
-if (reply.expanded != null || remote._wb_expanded != null) {
-  // an expanded lane adds lanes: lay the reply's out as the figure was (views.timeline._lane_layout), or back
-  const saved = remote._wb_layout ?? (remote._wb_layout = {ticks: [...yaxis.ticker.ticks],
-    labels: new Map(yaxis.major_label_overrides), start: plot.y_range.start, height: plot.height});
-  if (reply.expanded != null) {
-    tops = {}; heights = {};
-    const ticks = [], labels = new Map();
-    let y = 0, device = null;
-    reply.lanes.forEach((lane, i) => {
-      if (i > 0) y += lane.device != device ? 2 * lane_gap : lane_gap;
-      device = lane.device;
-      tops[lane.lane] = y; heights[lane.lane] = lane.rows;
-      const center = y + lane.rows / 2;
-      ticks.push(center);
-      labels.set(center, lane.parent != null || lane.lane == reply.expanded.lane ? `${lane.device} \u00b7 ${lane.label}`
-        : lane_text[lane.lane]);
-      y += lane.rows;
-    });
-    yaxis.ticker.ticks = ticks;
-    yaxis.major_label_overrides = labels;
-    plot.y_range.start = y + lane_gap;
-    // taller than the figure's one screen (views.timeline._height): the page scrolls, and a lane stays readable
-    plot.height = Math.round(Math.min(Math.max((y + strip + 2 * lane_gap) * row_px + 140, 240), 2400));
-  } else {
-    yaxis.ticker.ticks = saved.ticks;
-    yaxis.major_label_overrides = saved.labels;
-    plot.y_range.start = saved.start;
-    plot.height = saved.height;
-  }
-  for (const rule of separators) rule.visible = reply.expanded == null;
+const bars = {lane: [], x: [], w: [], y: [], h: [], alpha: [], kind_id: [], name: [], count: [], busy: []};
+{
+  // the reply's lanes (a folded lane expanded adds lanes; the next reply without puts the figure's back), each
+  // keeping its collapsed state
+  const was = lanes.data, collapsed = new Set(was.lane.filter((lane, i) => was.collapsed[i]));
+  const text = reply.lanes.map((lane) => lane.parent != null || lane.lane == reply.expanded?.lane
+    ? `${lane.device} \u00b7 ${lane.label}` : lane_text[lane.lane] ?? `${lane.device} \u00b7 ${lane.label}`);
+  lanes.data = {lane: reply.lanes.map((lane) => lane.lane), device: reply.lanes.map((lane) => lane.device),
+                rows: reply.lanes.map((lane) => lane.rows), text,
+                collapsed: reply.lanes.map((lane) => collapsed.has(lane.lane))};
   remote._wb_expanded = reply.expanded;
 }
 for (const lane of reply.lanes) {
-  const top = tops[lane.lane], rows = heights[lane.lane];
-  if (top == null) continue;
   const s = lane.spans, b = lane.bins;
   if (s != null) for (let i = 0; i < s.row.length; i++) {
     const start = s.start_ns[i], dur = s.dur_ns[i];
-    cols.left.push(start); cols.right.push(start + dur); cols.y.push(top + s.depth[i] + 0.5);
+    cols.left.push(start); cols.right.push(start + dur); cols.y.push(NaN); cols.h.push(0.8);  // placed by relayout
     cols.lane.push(lane.lane); cols.depth.push(s.depth[i]); cols.instant_px.push(dur == 0 ? instant_px : 0);
     cols.dur_ns.push(dur); cols.name.push(names[s.name[i]] ?? ""); cols.kind.push(kinds[s.kind[i]] ?? "other");
     cols.shapes.push(""); cols.flops.push(s.flops[i] ?? NaN); cols.row.push(s.row[i]);
-    cols.launched.push(s.launched[i]); cols.parent_idx.push(-1); launcher.push(s.launcher[i]);
+    cols.launched.push(s.launched[i]); cols.parent_idx.push(-1); cols.launch.push(reply.launch?.[s.launch?.[i]] ?? "");
+    launcher.push(s.launcher[i]);
   }
   if (b != null) for (let i = 0; i < b.bin.length; i++) {
     bars.x.push(reply.start_ns + (b.bin[i] + 0.5) * reply.bin_ns); bars.w.push(reply.bin_ns);
-    bars.y.push(top + rows / 2); bars.h.push(rows - 0.1); bars.busy.push(b.busy[i]);
+    bars.lane.push(lane.lane); bars.y.push(NaN); bars.h.push(0); bars.busy.push(b.busy[i]);
     bars.alpha.push(0.15 + 0.85 * b.busy[i]); bars.count.push(b.count[i]);
     const kind = b.kind[i] >= 0 ? kinds[b.kind[i]] : "other";
     bars.kind_id.push(Math.max(all_kinds.indexOf(kind), all_kinds.indexOf("other")));
@@ -243,157 +297,26 @@ for (const row of launcher) {
   cols.launcher_name.push(j != null ? cols.name[j] : "");
 }
 remote_bars.data_source.data = bars;
+const focus = remote._wb_pending ?? source._wb_focus;
 source.selected._linked = null;
 source.selected.indices = [];
 source.data = cols;
 source.tags = [reply.start_ns, reply.end_ns];
-const wanted = remote._wb_pending != null ? [remote._wb_pending] : [...kept];
+source._wb_focus = null;
+relayout();
+const wanted = focus != null ? [focus] : [...kept];
 remote._wb_pending = null;
 const picked = wanted.map((row) => position.get(row)).filter((i) => i != null);
 if (picked.length) source.selected.indices = picked;
-"""
-"""Replace the spans (and the busy lanes' per-pixel density) by a `spans` reply; selected events stay selected.
-A reply with a folded lane expanded lays the lanes out anew (ticks, labels, height); the next one without
-puts the figure's own layout back."""
-
-SELECT = FORMAT + """
-const key = cb_obj.indices.join(",");
-if (cb_obj._linked === key) return;
-const data = source.data, launcher = data.launcher_idx;
-const picked = [...cb_obj.indices];
-const out = new Set(picked);
-for (const i of picked) if (launcher[i] >= 0) out.add(launcher[i]);
-const chosen = new Set(picked);
-for (let j = 0; j < launcher.length; j++) if (chosen.has(launcher[j])) out.add(j);
-const indices = [...out].sort((a, b) => a - b);
-cb_obj._linked = indices.join(",");
-cb_obj.indices = indices;
-
-const rel = {relation: [], name: [], start: [], duration: [], start_ns: [], dur_ns: [], index: [], row: []};
-const ax = {x0: [], y0: [], x1: [], y1: []};
-const fields = [], values = [];
-const add = (field, value) => { fields.push(field); values.push(String(value)); };
-const link = (relation, name, start, dur, index, row) => {
-  rel.relation.push(relation); rel.name.push(name); rel.start.push(fmt_time(start)); rel.duration.push(fmt_time(dur));
-  rel.start_ns.push(start); rel.dur_ns.push(dur); rel.index.push(index); rel.row.push(row);
-};
-const arrow = (from, to) => {
-  ax.x0.push(Math.min(data.right[from], data.left[to])); ax.y0.push(data.y[from]);
-  ax.x1.push(data.left[to]); ax.y1.push(data.y[to]);
-};
-const i = picked.length == 1 ? picked[0] : null;
-details._wb_row = i == null ? null : data.row[i];  // what a late reply of the events route may still describe
-if (i == null) {
-  add(picked.length ? "selected" : "", picked.length ? `${fmt_count(picked.length)} spans (click one for its details)`
-                                                     : "Click a span for its details.");
-} else {
-  add("name", data.name[i]); add("kind", data.kind[i]); add("lane", lane_names[data.lane[i]] ?? "\u2014");
-  add("start", fmt_time(data.left[i])); add("duration", fmt_time(data.dur_ns[i])); add("end", fmt_time(data.right[i]));
-  add("depth", fmt_count(data.depth[i])); add("flops", fmt_si(data.flops[i], "FLOP"));
-  if (data.shapes[i]) add("input shapes", data.shapes[i]);
-  add("launches", `${fmt_count(data.launched[i])} device events`); add("row", fmt_count(data.row[i]));
-  if (launcher[i] >= 0) { link("launched by", data.name[launcher[i]], data.left[launcher[i]], data.dur_ns[launcher[i]],
-                               launcher[i], data.row[launcher[i]]); arrow(launcher[i], i); }
-  for (let j = 0; j < launcher.length; j++)
-    if (launcher[j] == i) { link("launches", data.name[j], data.left[j], data.dur_ns[j], j, data.row[j]); arrow(i, j); }
-}
-details.data = {field: fields, value: values};
-related.data = rel;
-arrows.data = ax;
-const api = remote._wb_api;
-if (i != null && api != null) {
-  const row = data.row[i];
-  api.event(row).then((event) => {
-    if (details._wb_row !== row) return;
-    for (const field of ["device", "track", "pid", "tid", "corr", "parent", "dtypes"])
-      if (event[field] != null && event[field] !== "" && event[field] !== -1) add(field, event[field]);
-    if (event.bytes != null) add("bytes", fmt_si(event.bytes, "B"));
-    if (event.shapes && !data.shapes[i]) add("input shapes", event.shapes);
-    const args = event.args;
-    if (args != null && typeof args == "object") {
-      for (const [name, value] of Object.entries(args))
-        add(`arg: ${name}`, typeof value == "string" ? value : JSON.stringify(value));
-    } else if (args) add("args", args);
-    details.data = {field: [...fields], value: [...values]};
-    const known = new Set(rel.row);
-    for (const [relation, list] of [["launched by", event.launched_by ?? []], ["launches", event.launches ?? []]])
-      for (const other of list)
-        if (!known.has(other.row)) link(relation, other.name, other.start_ns, other.dur_ns, -1, other.row);
-    related.data = {...rel};
-  }).catch((error) => {
-    add("details", `could not fetch: ${error.message ?? error}`);
-    details.data = {field: [...fields], value: [...values]};
-  });
+else if (focus != null) {  // panned away from it (or its lane is density now): its details stay
+  source._wb_focus = focus;
+  source.selected._wb_quiet = true;
 }
 """
-"""A selection also selects the launcher or launched kernels of what was picked; one picked event fills the
-details pane (and its args from the server in the panel), its related events and its flow arrows."""
-
-FOLLOW_RELATED = JUMP + """
-const k = cb_obj.indices[0];
-if (k == null) return;
-const index = related.data.index[k], row = related.data.row[k];
-jump(xr, source, related.data.start_ns[k], related.data.dur_ns[k]);
-if (index >= 0 && source.data.row[index] === row) source.selected.indices = [index];
-else remote._wb_pending = row;
-"""
-"""A click on a related event (its launcher, a launched kernel) jumps to it and selects it."""
-
-SEARCH = FORMAT + JUMP + """
-const query = (input.value_input ?? input.value ?? "").trim();
-const regex = use_regex.active.includes(0);
-const api = remote._wb_api;
-const state = status._wb_search ?? (status._wb_search = {key: null, matches: [], count: 0, at: -1});
-const show = () => {
-  const m = state.matches[state.at];
-  if (m == null) return;
-  status.text = `match ${fmt_count(state.at + 1)} of ${fmt_count(state.count)} for "${query}"` +
-    (state.count > state.matches.length ? ` (the first ${fmt_count(state.matches.length)} listed)` : "") +
-    (api == null ? " among the spans embedded here" : "");
-  jump(xr, source, m.start_ns, m.dur_ns);
-  const index = source.data.row.indexOf(m.row);
-  if (index >= 0) source.selected.indices = [index];
-  else remote._wb_pending = m.row;
-};
-const key = `${regex}:${query}`;
-if (!query) { status.text = ""; state.key = null; return; }
-if (key === state.key && state.matches.length) {
-  state.at = (state.at + step + state.matches.length) % state.matches.length;
-  show();
-  return;
-}
-state.key = key;
-if (api != null) {
-  status.text = `searching for "${query}"\u2026`;
-  api.search(query, regex).then((reply) => {
-    if (state.key !== key) return;
-    state.matches = reply.matches; state.count = reply.count; state.at = step < 0 ? reply.matches.length - 1 : 0;
-    if (!reply.matches.length) status.text = `no event named like "${query}"`;
-    else show();
-  }).catch((error) => { state.key = null; status.text = error.message ?? String(error); });
-  return;
-}
-let test;
-try {
-  const pattern = new RegExp(regex ? query : query.replace(/[.*+?^${}()|[\\]\\\\]/g, "\\\\$&"), "i");
-  test = (name) => pattern.test(name);
-} catch (error) {
-  state.key = null;
-  status.text = `not a regular expression: ${error.message}`;
-  return;
-}
-const data = source.data, found = [];
-for (let i = 0; i < data.name.length; i++) if (test(data.name[i])) found.push(i);
-found.sort((a, b) => data.left[a] - data.left[b] || data.row[a] - data.row[b]);
-state.matches = found.map((i) => ({row: data.row[i], start_ns: data.left[i], dur_ns: data.dur_ns[i]}));
-state.count = found.length;
-state.at = step < 0 ? found.length - 1 : 0;
-if (!found.length) status.text = `no span named like "${query}" among the spans embedded here`;
-else show();
-"""
-"""Search by name (case-insensitive substring, or a regular expression): the count, and next/previous (`step`)
-jumping the timeline to the match and selecting it. The server searches the whole trace in the panel; elsewhere
-the embedded spans are searched."""
+"""Replace the spans (and the busy lanes' per-pixel density) by a `spans` reply and lay its lanes out
+(`RELAYOUT`: a folded lane expanded adds lanes, the next reply without puts the figure's back). The focused event
+(the one whose details are shown, or a search match or jump target still to come: `remote._wb_pending`) is
+selected again, else whatever was selected; a reply without the focused event leaves the details showing it."""
 
 AGGREGATE = FORMAT + """
 const geometry = cb_obj.geometry;
@@ -445,6 +368,11 @@ fill(rows);
 info.text = `${fmt_count(events)} events in ${what}: ${fmt_count(rows.length)} names`;
 """
 """A range selected with the x box select: count, total and self time per name inside it (times clipped to it)."""
+
+REDRAW_TABLE = """
+table.view.change.emit();
+"""
+"""Redraw a table whose source has new data (see `views.timeline_panes._table_of`)."""
 
 GO_TO_WINDOW = """
 const k = Number(cb_obj.value);

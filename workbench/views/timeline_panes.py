@@ -1,8 +1,8 @@
-"""The timeline with its panes: a search bar above it; the details of the clicked event, its related events
-(launcher, launched kernels: click one to jump to it) and the aggregate of a selected range below it; and,
-when the real spans are embedded for some windows only (a static report of a large trace), the list of those
-windows to jump to. The figure and its sources come from `views.timeline`; this module only lays them out and
-wires the search (`views.timeline_js.SEARCH`)."""
+"""The timeline with its panes: a search bar (and buttons collapsing or expanding every lane) above it; the details
+of the clicked event, its related events (launcher, launched kernels: click one to jump to it) and the aggregate of
+a selected range below it; and, when the real spans are embedded for some windows only (a static report of a large
+trace), the list of those windows to jump to. The figure and its sources come from `views.timeline`; this module
+only lays them out and wires the search (`views.timeline_select_js.SEARCH`)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,15 @@ from bokeh.models import Button, CheckboxGroup, ColumnDataSource, CustomJS, Data
 from workbench.analysis.timeline import MAX_LANES
 from workbench.trace import Trace
 from workbench.views import timeline_js as js
+from workbench.views import timeline_select_js as select_js
 from workbench.views._table import data_table
 from workbench.views.timeline import (
     AGGREGATE,
     AGGREGATE_INFO,
     DETAILS,
     FOLDED,
+    LANES,
+    MARKER,
     RELATED,
     REMOTE,
     SPANS_SOURCE,
@@ -40,15 +43,20 @@ AGGREGATE_COLUMNS = [("name", "name", None), ("kind", "kind", None), ("count", "
                      ("total_ms", "total (ms)", "0,0.000"), ("self_ms", "self (ms)", "0,0.000")]
 
 
-def timeline_panel(trace: Trace, *, width: int = 1200, **options: Any) -> LayoutDOM:
+def timeline_panel(trace: Trace, *, width: int = 1200, below: LayoutDOM | None = None,
+                   **options: Any) -> LayoutDOM:
     """`views.timeline.timeline(trace, width=width, **options)` with its search bar, details, related events,
-    range aggregate and (for several embedded windows) the list of windows to jump to."""
+    range aggregate and (for several embedded windows) the list of windows to jump to; `below` (the counter
+    tracks, on the same time axis) sits right under the lanes."""
     fig = timeline(trace, width=width, **options)
     source = fig.select_one({"name": SPANS_SOURCE})
     if source is None:  # a trace without events: the note alone
         return fig
     remote = fig.select_one({"name": REMOTE})
-    parts: list[LayoutDOM] = [_search_bar(fig, source, remote, width), fig]
+    lanes = fig.select_one({"name": LANES})
+    buttons = _collapse_buttons(fig) if max(lanes.data["rows"]) > 1 else []
+    parts: list[LayoutDOM] = [_search_bar(fig, source, remote, width, buttons), fig,
+                              *([] if below is None else [below])]
     folded = fig.tags[0][FOLDED] if fig.tags else []
     if folded:
         parts.insert(1, _lane_expander(remote, folded, width))
@@ -69,19 +77,34 @@ def timeline_panel(trace: Trace, *, width: int = 1200, **options: Any) -> Layout
     return column(*parts)
 
 
-def _search_bar(fig: LayoutDOM, source: ColumnDataSource, remote: ColumnDataSource, width: int) -> LayoutDOM:
-    """Search box, previous/next buttons, a regex switch and the count; Enter searches, the buttons step."""
+def _search_bar(fig: LayoutDOM, source: ColumnDataSource, remote: ColumnDataSource, width: int,
+                buttons: list[Button]) -> LayoutDOM:
+    """Search box, previous/next buttons, a regex switch, `buttons` and the count; Enter searches, the buttons
+    step."""
     box = TextInput(placeholder="search event names (Enter); W/S zoom, A/D pan over the plot", width=360,
                     name=SEARCH_INPUT)
     regex = CheckboxGroup(labels=["regex"], active=[])
     previous, following = Button(label="◀ previous", width=90), Button(label="next ▶", width=70)
-    status = Div(text="", render_as_text=True, width=max(width - 560, 200), name=SEARCH_STATUS)
+    taken = 560 + sum(button.width + 10 for button in buttons)
+    status = Div(text="", render_as_text=True, width=max(width - taken, 200), name=SEARCH_STATUS)
     args = {"input": box, "use_regex": regex, "remote": remote, "status": status, "source": source,
-            "xr": fig.x_range}
-    box.js_on_change("value", CustomJS(args={**args, "step": 0}, code=js.SEARCH))
-    previous.js_on_event("button_click", CustomJS(args={**args, "step": -1}, code=js.SEARCH))
-    following.js_on_event("button_click", CustomJS(args={**args, "step": 1}, code=js.SEARCH))
-    return row(box, previous, following, regex, status)
+            "xr": fig.x_range, "details": fig.select_one({"name": DETAILS}), "marker": fig.select_one({"name": MARKER})}
+    box.js_on_change("value", CustomJS(args={**args, "step": 0}, code=select_js.SEARCH))
+    previous.js_on_event("button_click", CustomJS(args={**args, "step": -1}, code=select_js.SEARCH))
+    following.js_on_event("button_click", CustomJS(args={**args, "step": 1}, code=select_js.SEARCH))
+    return row(box, previous, following, regex, *buttons, status)
+
+
+def _collapse_buttons(fig: LayoutDOM) -> list[Button]:
+    """Collapse every lane of several rows to one row, or expand them all back (a click on a lane's label toggles
+    that lane alone: `views.timeline_js.COLLAPSE`, whose figure callback lends these buttons its arguments)."""
+    tap = fig.select_one({"name": js.COLLAPSE_CALLBACK})
+    buttons = []
+    for what, label in (("collapse", "collapse lanes"), ("expand", "expand lanes")):
+        button = Button(label=label, width=110)
+        button.js_on_event("button_click", CustomJS(args={**tap.args, "what": what}, code=js.COLLAPSE))
+        buttons.append(button)
+    return buttons
 
 
 def _lane_expander(remote: ColumnDataSource, folded: list[dict[str, Any]], width: int) -> LayoutDOM:
@@ -120,4 +143,7 @@ def _table_of(source: ColumnDataSource, columns: list[tuple[str, str, str | None
     table = data_table(pd.DataFrame({field: [] for field, _, _ in columns}), columns, width=width, height=height,
                        widths=widths)
     table.source = source
+    # BokehJS redraws a table when its view's indices change, so new rows of the same count would stay unseen
+    # (the details of a second kernel, its one related event): redraw on every new data
+    source.js_on_change("data", CustomJS(args={"table": table}, code=js.REDRAW_TABLE))
     return table

@@ -29,8 +29,8 @@ import pyarrow.parquet as pq
 from workbench.analysis.timeline import PHASE_NAMES, STEP_NAME, lane_of_rows, lanes_of
 from workbench.errors import BundleError
 
-INDEX_VERSION = 2
-"""What `build` computes, versioned: an index file of another version is built again."""
+INDEX_VERSION = 3
+"""What `build` computes, versioned: an index file of another version is built again (3: device lanes first)."""
 INDEX_COLUMNS = ("start_ns", "dur_ns", "name", "kind", "device", "track", "parent", "depth", "launcher", "flops",
                  "shapes")
 """The events columns an index reads."""

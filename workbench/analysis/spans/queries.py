@@ -21,11 +21,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
+from workbench.analysis.launch_facts import (
+    LAUNCH_COLUMNS,
+    LaunchLinks,
+    call_stack_frame,
+    events_launch_facts,
+    facts_text,
+    launch_facts,
+    launch_rows,
+)
 from workbench.analysis.spans.index import RUNS, SpanIndex
 from workbench.analysis.spans.lanes import IndexLane, TrackLane, drawn_lanes
 from workbench.errors import BundleError, WorkbenchError
+from workbench.trace.schema import DEVICE_KINDS
 from workbench.trace.store.bundle import Bundle, json_safe
 
 MAX_SPANS = 20_000
@@ -56,11 +67,13 @@ def open_run(run: RunRef) -> tuple[str, SpanIndex]:
 
 
 def window(run: RunRef, start_ns: int, end_ns: int, width_px: int, *, max_spans: int = MAX_SPANS,
-           expand: int | None = None, offset: int = 0) -> dict[str, Any]:
+           expand: int | None = None, offset: int = 0, launch: bool = False) -> dict[str, Any]:
     """The timeline of [start_ns, end_ns) drawn `width_px` pixels wide: per lane, real spans or density
     (see the module docstring and docs/api-spans.md for the fields). `expand` names a folded lane whose
     tracks are drawn as lanes of their own, `MAX_LANES` of them from the `offset`-th busiest
-    (`workbench.analysis.spans.lanes`)."""
+    (`workbench.analysis.spans.lanes`). `launch` adds each span's launch facts (a static report, which has
+    no `event` route to ask): `launch` in a lane's spans indexes the reply's `launch` texts (-1: none; a text
+    holds one line per fact, `workbench.analysis.launch_facts.facts_text`)."""
     start_ns, end_ns, width_px, max_spans = int(start_ns), int(end_ns), int(width_px), int(max_spans)
     if end_ns <= start_ns:
         raise QueryError(f"end_ns ({end_ns}) must be greater than start_ns ({start_ns})")
@@ -82,12 +95,14 @@ def window(run: RunRef, start_ns: int, end_ns: int, width_px: int, *, max_spans:
     edges = start_ns + np.floor(np.arange(width_px + 1) * bin_ns).astype(np.int64)
     edges[-1] = end_ns
     names, shapes = _Vocabulary(len(index.names)), _Vocabulary(len(index.shape_values))
-    out_lanes = []
+    out_lanes, texts = [], _LaunchTexts(index) if launch else None
     for i, lane in enumerate(lanes):
         entry = lane.info | {"in_window": counts[i]}
         if i in with_spans:
-            entry |= {"mode": "spans", "bins": None,
-                      "spans": _spans(index, lane.overlapping(index, start_ns, end_ns), names, shapes)}
+            positions = lane.overlapping(index, start_ns, end_ns)
+            entry |= {"mode": "spans", "bins": None, "spans": _spans(index, positions, names, shapes)}
+            if texts is not None:
+                entry["spans"]["launch"] = texts.encode(index.row[positions])
         else:
             entry |= {"mode": "density", "spans": None, "bins": _bins(index, lane, edges, bin_ns, names)}
         out_lanes.append(entry)
@@ -95,6 +110,8 @@ def window(run: RunRef, start_ns: int, end_ns: int, width_px: int, *, max_spans:
              "extent_ns": list(index.extent), "max_spans": max_spans, "events": int(sum(counts)), "spans": total,
              "names": names.values(index.names), "kinds": [str(k) for k in index.kinds],
              "shapes": shapes.values(index.shape_values, SHAPES_CHARS), "lanes": out_lanes}
+    if texts is not None:
+        reply["launch"] = texts.values
     if expand is not None:
         folded = int(index.lanes.iloc[expand]["tracks"])
         shown = sum(lane.info.get("parent") == expand for lane in lanes)
@@ -175,27 +192,90 @@ def aggregate(run: RunRef, start_ns: int, end_ns: int, *, limit: int = 500) -> d
 
 
 def event(run: RunRef, row: int) -> dict[str, Any]:
-    """Every column of event `row` (args parsed), its lane, its launcher and the device events it launched."""
+    """Every column of event `row` (args parsed), its lane, its launcher, the device events it launched and, for
+    device work, its launch facts (`workbench.analysis.launch_facts`: [field, value] pairs)."""
     run_id, index = open_run(run)
     if not 0 <= row < index.size:
         raise IndexError(f"run {run_id!r} has no event row {row} (it has {index.size})")
     events = pq.ParquetFile(index.path, memory_map=True)
-    before = 0
-    for group in range(events.metadata.num_row_groups):
-        rows = events.metadata.row_group(group).num_rows
-        if row < before + rows:
-            record = events.read_row_group(group).slice(row - before, 1).to_pylist()[0]
-            break
-        before += rows
-    with contextlib.suppress(ValueError):  # args that are not JSON stay the text they are
-        record["args"] = json.loads(record["args"]) if record.get("args") else {}
+    record = _record(events, row)
     position = int(index.position[row])
     launcher = int(index.launcher[position])
     launches = np.flatnonzero(index.launcher == row)[:MAX_LAUNCHES]
     linked = [index.position[launcher]] if 0 <= launcher < index.size else []
+    facts = _launch_facts(index, events, record, launcher) if record.get("kind") in DEVICE_KINDS else []
+    with contextlib.suppress(ValueError):  # args that are not JSON stay the text they are
+        record["args"] = json.loads(record["args"]) if record.get("args") else {}
     return json_safe({"run": run_id, "row": row, **record, "lane": int(_lane_of(index, np.array([position]))[0]),
                       "launched_by": _brief(index, np.asarray(linked, dtype=np.int64)),
-                      "launches": _brief(index, np.sort(launches))})
+                      "launches": _brief(index, np.sort(launches)), "launch": [list(fact) for fact in facts]})
+
+
+def _record(events: pq.ParquetFile, row: int, columns: list[str] | None = None) -> dict[str, Any]:
+    """The columns (all by default) of row `row` of an events table, reading its row group only."""
+    before = 0
+    for group in range(events.metadata.num_row_groups):
+        rows = events.metadata.row_group(group).num_rows
+        if row < before + rows:
+            return events.read_row_group(group, columns=columns).slice(row - before, 1).to_pylist()[0]
+        before += rows
+    raise IndexError(f"{events.metadata.num_rows} rows: no row {row}")
+
+
+def _launch_facts(index: SpanIndex, events: pq.ParquetFile, record: dict[str, Any],
+                  launcher: int) -> list[tuple[str, str]]:
+    """The launch facts of device event `record`, its launching op and Python frame found through the index."""
+    def parent_of(row: int) -> int:
+        parent = int(index.parent[index.position[row]]) if 0 <= row < index.size else -1
+        return parent if 0 <= parent < index.size else -1
+
+    def kind_of(row: int) -> str:
+        return str(index.kinds[index.kind[index.position[row]]])
+
+    def name_of(row: int) -> str:
+        return str(index.names[index.name[index.position[row]]])
+
+    start = launcher if 0 <= launcher < index.size else -1
+    op, frame = launch_rows(start, parent_of, kind_of)
+    if frame >= 0:
+        python = name_of(frame)
+    else:
+        python = call_stack_frame(_record(events, op, ["args"])["args"]) if op >= 0 else ""
+    corr = record.get("corr")
+    links = LaunchLinks(track=str(record.get("track") or ""), corr=-1 if corr is None else int(corr),
+                        op=name_of(op) if op >= 0 else "", python_frame=python)
+    return launch_facts(record.get("args"), links)
+
+
+class _LaunchTexts:
+    """The launch facts of a reply's spans as texts shared by index (kernels of one op repeat them): reads the
+    events table's columns the facts need once, when first asked."""
+
+    def __init__(self, index: SpanIndex) -> None:
+        self._index = index
+        self._table: pa.Table | None = None
+        self._codes: dict[str, int] = {}
+        self.values: list[str] = []
+
+    def encode(self, rows: np.ndarray) -> list[int]:
+        """For each event row, the index of its facts' text (-1 when it has none: no device work)."""
+        device = np.isin(self._index.kinds[self._index.kind[self._index.position[rows]]], list(DEVICE_KINDS))
+        out = np.full(len(rows), -1, dtype=np.int64)
+        if not device.any():
+            return out.tolist()
+        if self._table is None:
+            try:
+                self._table = pq.read_table(self._index.path, columns=list(LAUNCH_COLUMNS), memory_map=True)
+            except (OSError, pa.ArrowException) as exc:
+                raise BundleError(f"{self._index.path}: cannot read the launch columns: {exc}") from exc
+        picked = np.flatnonzero(device)
+        for k, facts in zip(picked.tolist(), events_launch_facts(self._table, rows[picked]), strict=True):
+            text = facts_text(facts)
+            if text and text not in self._codes:
+                self._codes[text] = len(self.values)
+                self.values.append(text)
+            out[k] = self._codes.get(text, -1)
+        return out.tolist()
 
 
 class _Vocabulary:
