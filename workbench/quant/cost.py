@@ -26,7 +26,7 @@ from torch import nn
 
 from workbench.hardware.device import DeviceSpec
 from workbench.quant.formats import QuantSpec, parse_spec, storage_bytes
-from workbench.quant.layers import weight_layers
+from workbench.quant.layers import observed_forward, weight_layers
 from workbench.quant.recipe import Recipe, parse_recipe
 
 COMPUTE_DTYPE = {"e4m3": "fp8", "e5m2": "fp8", "e2m1": "fp4", "int8": "int8", "int4": "int4", "fp16": "fp16",
@@ -88,22 +88,16 @@ def measured_kv_bytes(model: nn.Module, inputs: Sequence[Any], spec: QuantSpec |
     a `cache_layout`), each stored as [batch, groups, tokens, width] in `spec`."""
     spec = parse_spec(spec) if isinstance(spec, str) else spec
     sizes: list[int] = []
-    handles = []
-    for module in model.modules():
-        layout = getattr(module, "cache_layout", None)
-        if layout is None or not hasattr(module, "k_proj"):
-            continue
-        for proj in (module.k_proj, module.v_proj):
-            def record(_m, _args, out, layout=layout):
-                b, t, _ = out.shape
-                sizes.append(storage_bytes(spec, (b, layout.groups, t, layout.width)))
-            handles.append(proj.register_forward_hook(record))
-    try:
-        with torch.no_grad():
-            model.eval()(*inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
+
+    def record(layout: Any):
+        def hook(_module: nn.Module, _args: tuple[Any, ...], out: torch.Tensor) -> None:
+            b, t, _ = out.shape
+            sizes.append(storage_bytes(spec, (b, layout.groups, t, layout.width)))
+        return hook
+
+    observed_forward(model, inputs, [(proj, record(m.cache_layout), False) for m in model.modules()
+                                     if hasattr(m, "cache_layout") and hasattr(m, "k_proj")
+                                     for proj in (m.k_proj, m.v_proj)])
     return sum(sizes)
 
 

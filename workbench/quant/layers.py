@@ -9,7 +9,7 @@ inputs for the cost model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pandas as pd
@@ -56,6 +56,21 @@ def gemm_input_shape(x_shape: Sequence[int], module: nn.Module) -> tuple[int, in
     return total // features, features
 
 
+def observed_forward(model: nn.Module, inputs: Sequence[Any],
+                     hooks: Sequence[tuple[nn.Module, Callable, bool]]) -> None:
+    """One forward of `model` on `inputs` (eval mode, no grad) with each `(module, hook, pre)` registered as a
+    forward hook (or a forward pre-hook when `pre`), all removed after it, whatever happens. The hooks observe:
+    each returns None, so the forward computes what it would without them."""
+    handles = [module.register_forward_pre_hook(hook) if pre else module.register_forward_hook(hook)
+               for module, hook, pre in hooks]
+    try:
+        with torch.no_grad():
+            model.eval()(*inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def layer_work(model: nn.Module, inputs: Sequence[Any]) -> pd.DataFrame:
     """Per layer, over one forward of `inputs`: | layer | kind | m | k | n | flops | input_rows | input_features |,
     the GEMM's sizes (M rows of output, K reduced, N outputs; a convolution's implicit GEMM), its FLOPs (2·M·K·N)
@@ -73,13 +88,7 @@ def layer_work(model: nn.Module, inputs: Sequence[Any]) -> pd.DataFrame:
                          "input_rows": input_rows, "input_features": features})
         return hook
 
-    handles = [module.register_forward_hook(record(name)) for name, module in weight_layers(model)]
-    try:
-        with torch.no_grad():
-            model.eval()(*inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
+    observed_forward(model, inputs, [(module, record(name), False) for name, module in weight_layers(model)])
     frame = pd.DataFrame(rows, columns=["layer", "kind", "m", "k", "n", "flops", "input_rows", "input_features"])
     # a layer called more than once (shared) counts each call's work
     return frame.groupby("layer", sort=False, as_index=False).agg(

@@ -21,7 +21,7 @@ from torch import nn
 
 from workbench.backends.numerics import compare_outputs
 from workbench.quant.formats import fake_quantize
-from workbench.quant.layers import weight_layers
+from workbench.quant.layers import observed_forward, weight_layers
 
 MAX_ROWS = 4096
 """Input rows (tokens, or samples) kept per layer: enough for channel statistics, bounded whatever the data."""
@@ -37,13 +37,7 @@ def layer_inputs(model: nn.Module, inputs: Sequence[Any], *, max_rows: int = MAX
             seen.setdefault(name, _rows(args[0], module, max_rows))
         return hook
 
-    handles = [layer.register_forward_pre_hook(keep(name)) for name, layer in weight_layers(model)]
-    try:
-        with torch.no_grad():
-            model.eval()(*inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
+    observed_forward(model, inputs, [(layer, keep(name), True) for name, layer in weight_layers(model)])
     return seen
 
 
