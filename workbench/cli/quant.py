@@ -1,5 +1,9 @@
 """`workbench quant`: the quantization lab on the command line (see `workbench.quant.lab`): which layers and tensors
-can take which format, the recipes side by side, and a mixed-precision plan under an error budget."""
+can take which format, the recipes side by side, and a mixed-precision plan under an error budget.
+
+`--tables FOLDER` keeps what the views draw (`workbench.quant.results`): the Jupyter server's quantization jobs
+write it, and draw the panel's view from it at any width without running the lab again
+(`workbench.server.quant_handlers`)."""
 
 from __future__ import annotations
 
@@ -11,26 +15,10 @@ import click
 
 from workbench.cli.options import comma_list, json_option, parse_overrides, set_option
 from workbench.cli.render import errors, print_blocks, print_json, reading_status
-from workbench.errors import WorkbenchError
 from workbench.paths import checked_output
 
 DEFAULT_FORMATS = "fp8-e4m3/channel,mxfp8,mxfp6,mxfp4,nvfp4,int8/channel,int4/group32"
 """`--formats`' default (the lab's `DEFAULT_FORMATS`, spelled here so `--help` imports no torch)."""
-
-
-def parse_budget(text: str) -> dict[str, float]:
-    """`sqnr=30` (an SQNR floor in dB), `kl=0.01` (a KL ceiling), or both comma-separated."""
-    budget: dict[str, float] = {}
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        key, sep, value = part.partition("=")
-        if not sep or key not in ("sqnr", "kl"):
-            raise WorkbenchError(f"--budget '{part}': give sqnr=DB (a floor) and/or kl=NATS (a ceiling), "
-                                 "e.g. --budget sqnr=30")
-        try:
-            budget[key] = float(value)
-        except ValueError:
-            raise WorkbenchError(f"--budget '{part}': {value!r} is no number") from None
-    return budget
 
 
 @click.command()
@@ -65,17 +53,23 @@ def parse_budget(text: str) -> dict[str, float]:
 @set_option("Model config override, e.g. --set layers=4.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the lab's views (heat map, histograms, outliers, Pareto) to this HTML file.")
+@click.option("--tables", "tables_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              metavar="FOLDER", help="Also write the lab's tables (Parquet, one per table) into this folder, to draw "
+                                     "its views from later.")
 @json_option
 def quant(model: str, weights: str | None, formats: tuple[str, ...], recipes: tuple[str, ...], scan: bool,
           budget: str | None, plan_format: str, device: str, batch: int, seq: int | None, measure: bool,
-          overrides: tuple[str, ...], html_path: Path | None, as_json: bool) -> None:
+          overrides: tuple[str, ...], html_path: Path | None, tables_dir: Path | None, as_json: bool) -> None:
     """Quantization lab: which layers and tensors take which low-bit format (FP8, MX, NVFP4, INT8/INT4, each
     emulated bit for bit), what each recipe costs in accuracy, memory and projected time, and a mixed-precision
     plan under an error budget."""
+    from workbench.quant.results import LAB_FILE, LabResults, parse_budget, save_results
+
     with errors():  # misuse fails here, before torch loads
         budget_values = parse_budget(budget) if budget else None
         model_overrides = parse_overrides(overrides)
         html_path = checked_output(html_path) if html_path is not None else None
+        tables_dir = checked_output(tables_dir / LAB_FILE).parent if tables_dir is not None else None
     from workbench.quiet import quiet
 
     quiet()  # torchao's known deprecation chatter as torch loads
@@ -114,6 +108,9 @@ def quant(model: str, weights: str | None, formats: tuple[str, ...], recipes: tu
         with errors():
             write_report(quant_view(task.about, table, sensitivity, device=device), html_path,
                          title=f"quantization lab: {task.name}")
+    if tables_dir is not None:
+        with errors():
+            save_results(tables_dir, LabResults(task.about, device, table, sensitivity))
     if as_json:
         result["recipes"] = _records(table)
         if sensitivity is not None:

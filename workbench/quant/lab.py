@@ -30,6 +30,7 @@ from workbench.quant.formats import FormatError, parse_spec
 from workbench.quant.layers import layer_work
 from workbench.quant.outliers import activation_outliers, channel_profile, smoothing
 from workbench.quant.recipe import Recipe, parse_recipe, quantized
+from workbench.quant.results import Sensitivity
 from workbench.quant.sensitivity import (
     TENSOR_KINDS,
     Evaluate,
@@ -119,19 +120,6 @@ def _calibration(name: str, batch: int, seq: int | None, seed: int) -> tuple[tor
 
     digits = digits_split()
     return (digits.train_images[torch.randperm(len(digits.train_labels), generator=generator)[:batch]],)
-
-
-@dataclass(frozen=True)
-class Sensitivity:
-    """What a sensitivity scan found: per layer × format, per tensor kind × format, the outlier channels with
-    SmoothQuant's effect, the worst layers' channel profiles, and weight error histograms."""
-
-    layers: pd.DataFrame
-    tensors: pd.DataFrame
-    outliers: pd.DataFrame
-    smoothing: pd.DataFrame
-    profile: pd.DataFrame
-    histograms: pd.DataFrame
 
 
 def sensitivity_scan(task: QuantTask, formats: Sequence[str] = DEFAULT_FORMATS, *,

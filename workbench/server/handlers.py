@@ -23,6 +23,10 @@
                                 relative to the server's root_dir (a URL root shown as its URL; see `state.shown`)
     PUT    config               {"traces_root": path} changes it for this server ("" restores the configured one)
 
+Beside these: the timeline's span routes (`span_handlers`, docs/api-spans.md), imports, uploads, deletions and SQL
+(`manage_handlers`), serving jobs (`serve_handlers`: `POST serve`) and the quantization lab (`quant_handlers`:
+`POST quant`, `GET quant/<job>/view`).
+
 Everything a request carries is untrusted: run ids must pass `is_valid_run_id` (400 otherwise) and are
 opened with `allow_paths=False`, so they resolve strictly inside the traces root (symlinks included);
 bodies must be JSON nested at most `MAX_BODY_DEPTH` deep, numbers plain ASCII digits within bounds;

@@ -60,7 +60,7 @@ def sensitivity_heatmap(layers: pd.DataFrame, *, width: int = 900) -> LayoutDOM:
     })
     mapper = LinearColorMapper(palette=Viridis256, low=low, high=high if high > low else low + 1)
     height = min(max(22 * len(order) + 120, 220), 1400)
-    fig = figure(x_range=formats, y_range=list(reversed(order)), width=min(width, 160 + 110 * len(formats)),
+    fig = figure(x_range=formats, y_range=list(reversed(order)), width=min(width, max(620, 160 + 110 * len(formats))),
                  height=height, title="output SQNR (dB) with one layer alone in each format: lower is worse",
                  toolbar_location="right", tools="save")
     fig.rect(x="format", y="layer", width=1, height=1, source=source, line_color="white",

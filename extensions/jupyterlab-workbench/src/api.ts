@@ -130,11 +130,47 @@ export interface IServeResult {
   sweep: { [key: string]: unknown } | null;
 }
 
-/** A capture, import or serving job as `GET jobs/<id>` describes it. */
+/** The body of `POST quant` (`workbench/server/quant_handlers.py`): the quantization lab on a model. */
+export interface IQuantRequest {
+  /** A built-in model (or one the server's policy allows). */
+  model: string;
+  /** A built-in's weights (default: trained where they exist). */
+  weights?: 'trained' | 'random';
+  /** The formats of the sensitivity scan, as `workbench quant --formats` takes them (default: the lab's). */
+  formats?: string[];
+  /** The recipes compared, as `--quant` takes them (default: the lab's). */
+  recipes?: string[];
+  /** An error budget for a mixed-precision plan: `sqnr=30`, `kl=0.01`. */
+  budget?: string;
+  /** The device of the hardware table the recipes' time is projected on. */
+  device?: string;
+  batch?: number;
+  seq?: number;
+  /** Time the recipes that have a real CPU kernel. */
+  measure?: boolean;
+}
+
+/** What a quantization job was asked for. */
+export interface IQuantJobRequest {
+  quant: IQuantRequest;
+}
+
+/** What `workbench quant --json` prints: a quantization job's result (the lab's tables as rows). */
+export interface IQuantResult {
+  model: string;
+  about: string;
+  metric: string | null;
+  device: string;
+  recipes: { recipe: string; [key: string]: unknown }[];
+  layers?: { layer: string; format: string; [key: string]: unknown }[];
+  [key: string]: unknown;
+}
+
+/** A capture, import, serving or quantization job as `GET jobs/<id>` describes it. */
 export interface IJob {
   id: string;
   status: JobStatus;
-  request: ICaptureRequest | IImportRequest | IServeJobRequest;
+  request: ICaptureRequest | IImportRequest | IServeJobRequest | IQuantJobRequest;
   created: string;
   started: string | null;
   finished: string | null;
@@ -146,7 +182,7 @@ export interface IJob {
   log: string[];
   exit_code: number | null;
   /** What the command printed as JSON: a capture's or a serving run's result, or the run ids of an import. */
-  result: ICaptureResult | IServeResult | string[] | null;
+  result: ICaptureResult | IServeResult | IQuantResult | string[] | null;
   error: string | null;
 }
 
@@ -159,6 +195,12 @@ export function isImportJob(job: IJob): job is IJob & { request: IImportRequest 
 export function isServeJob(job: IJob): job is IJob & { request: IServeJobRequest } {
   const serve = (job.request as IServeJobRequest).serve;
   return typeof serve === 'object' && serve !== null;
+}
+
+/** Whether `job` runs the quantization lab (`POST quant`). */
+export function isQuantJob(job: IJob): job is IJob & { request: IQuantJobRequest } {
+  const quant = (job.request as IQuantJobRequest).quant;
+  return typeof quant === 'object' && quant !== null;
 }
 
 /** The reply of `POST query`: the rows of one SELECT, at most its limit. */
@@ -342,6 +384,17 @@ export function startCapture(request: ICaptureRequest): Promise<IJob> {
 /** Start (or queue) a serving run against a running server (`workbench serve --url`). */
 export function startServe(request: IServeRequest): Promise<IJob> {
   return requestAPI<IJob>('serve', jsonBody('POST', request));
+}
+
+/** Start (or queue) the quantization lab on a model (`workbench quant`). */
+export function startQuant(request: IQuantRequest): Promise<IJob> {
+  return requestAPI<IJob>('quant', jsonBody('POST', request));
+}
+
+/** The views of a succeeded quantization job laid out `width` pixels wide. */
+export async function fetchQuantView(jobId: string, width: number): Promise<IBokehItem> {
+  const reply = await requestAPI<{ item: IBokehItem }>(`quant/${encodeURIComponent(jobId)}/view?width=${width}`);
+  return reply.item;
 }
 
 /** Every capture job the server knows, oldest first. */

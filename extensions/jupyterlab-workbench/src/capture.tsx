@@ -20,9 +20,11 @@ import {
   ICaptureResult,
   IJob,
   isImportJob,
+  isQuantJob,
   isServeJob,
   startCapture
 } from './api';
+import { CheckField, ErrorNote, FormError, FormField, JobButtons } from './form';
 import { errorMessage, useFollowedJob } from './job';
 
 /** The profiler whose kernel selection (`kernel_name`, `launch_count`) the form shows. */
@@ -60,9 +62,6 @@ export const DEFAULT_FORM: ICaptureForm = {
   kernel_name: '',
   launch_count: ''
 };
-
-/** A form field that cannot become a capture option; the message names the field. */
-export class FormError extends Error {}
 
 /** The options' fields by key. */
 export function fieldsByKey(options: ICaptureOptions): Map<string, ICaptureField> {
@@ -291,62 +290,6 @@ export function progressLabel(job: IJob): { task: string; completed: number | nu
   return { task, completed, total };
 }
 
-/** An error shown in place. */
-export function ErrorNote(props: { text: string | null }): JSX.Element | null {
-  if (!props.text) {
-    return null;
-  }
-  return (
-    <div className="jp-Workbench-error" role="alert">
-      {props.text}
-    </div>
-  );
-}
-
-interface IFieldProps {
-  label: string;
-  name: keyof ICaptureForm;
-  form: ICaptureForm;
-  onChange: (name: keyof ICaptureForm, value: string) => void;
-  type?: 'text' | 'number';
-  placeholder?: string;
-  list?: string;
-  title?: string;
-  /** The option it sets, for a number's bounds. */
-  field?: ICaptureField;
-  /** Why its text is no value, shown under it as it is typed. */
-  error?: string | null;
-}
-
-function Field(props: IFieldProps): JSX.Element {
-  const id = `jp-Workbench-capture-${props.name}`;
-  return (
-    <div className="jp-Workbench-field">
-      <label htmlFor={id}>{props.label}</label>
-      <input
-        id={id}
-        name={props.name}
-        className="jp-mod-styled"
-        type={props.type ?? 'text'}
-        min={props.type === 'number' ? (props.field?.minimum ?? 0) : undefined}
-        max={props.type === 'number' ? (props.field?.maximum ?? undefined) : undefined}
-        value={props.form[props.name] as string}
-        placeholder={props.placeholder}
-        list={props.list}
-        title={props.title}
-        aria-invalid={props.error ? true : undefined}
-        aria-describedby={props.error ? `${id}-error` : undefined}
-        onChange={event => props.onChange(props.name, event.target.value)}
-      />
-      {props.error ? (
-        <div id={`${id}-error`} className="jp-Workbench-fieldError" role="alert">
-          {props.error}
-        </div>
-      ) : null}
-    </div>
-  );
-}
-
 /** A job's progress: its current task with a bar (indeterminate while the total is unknown). */
 function Progress(props: { job: IJob }): JSX.Element {
   const { job } = props;
@@ -449,7 +392,7 @@ export function CaptureSection(props: {
 
   const { job, running, error, submitting, cancelling, dismiss, submit: follow, cancel } = useFollowedJob({
     what: 'the capture',
-    isMine: j => !isImportJob(j) && !isServeJob(j),
+    isMine: j => !isImportJob(j) && !isServeJob(j) && !isQuantJob(j),
     onResume: live => setForm(formFromRequest(live.request as ICaptureRequest)), // the settings it runs with
     onFinished: props.onFinished
   });
@@ -489,15 +432,15 @@ export function CaptureSection(props: {
             <option key={d} value={d} />
           ))}
         </datalist>
-        <Field label="Model" name="model" form={form} onChange={change} list="jp-Workbench-models"
+        <FormField prefix="capture" label="Model" name="model" form={form} onChange={change} list="jp-Workbench-models"
           title={`A built-in model (${(options?.builtin_models ?? []).join(', ')}), hf-config:<preset>, hf:<id or folder>, torchvision:<name>, timm:<name>, onnx:<file>, package.module:factory, or a .pt2 file`} />
-        <Field label="Variants" name="variants" form={form} onChange={change}
+        <FormField prefix="capture" label="Variants" name="variants" form={form} onChange={change}
           title={(options?.variants ?? []).map(v => `${v.name}: ${v.description}`).join('\n')} />
         <div className="jp-Workbench-fieldRow">
-          <Field label="Batch" name="batch" form={form} onChange={change} field={fields.get('batch')}
+          <FormField prefix="capture" label="Batch" name="batch" form={form} onChange={change} bounds={fields.get('batch')}
             error={batchError} placeholder="4 or 1,8,32"
             title="Batch size, or several separated by commas (1,8,32): a sweep, every variant at every shape" />
-          <Field label="Sequence" name="seq" form={form} onChange={change} field={fields.get('seq')}
+          <FormField prefix="capture" label="Sequence" name="seq" form={form} onChange={change} bounds={fields.get('seq')}
             error={seqError} placeholder="default"
             title="Sequence length (tiny-gpt), or several separated by commas (128,512): a sweep" />
         </div>
@@ -508,17 +451,17 @@ export function CaptureSection(props: {
           </div>
         ) : null}
         <div className="jp-Workbench-fieldRow">
-          <Field label="Iterations" name="iterations" type="number" form={form} onChange={change}
-            field={fields.get('iterations')} />
-          <Field label="Warmup" name="warmup" type="number" form={form} onChange={change} field={fields.get('warmup')} />
-          <Field label="Threads" name="threads" type="number" form={form} onChange={change}
-            field={fields.get('threads')} placeholder="auto"
+          <FormField prefix="capture" label="Iterations" name="iterations" type="number" form={form} onChange={change}
+            bounds={fields.get('iterations')} />
+          <FormField prefix="capture" label="Warmup" name="warmup" type="number" form={form} onChange={change} bounds={fields.get('warmup')} />
+          <FormField prefix="capture" label="Threads" name="threads" type="number" form={form} onChange={change}
+            bounds={fields.get('threads')} placeholder="auto"
             title="torch threads; empty: 1 on machines with 4 cores or fewer, else torch's setting" />
         </div>
-        <Field label="Overrides" name="overrides" form={form} onChange={change}
+        <FormField prefix="capture" label="Overrides" name="overrides" form={form} onChange={change}
           placeholder="d_model=64 layers=2" title="Model config overrides, KEY=VALUE (the CLI's --set)" />
         <div className="jp-Workbench-fieldRow">
-          <Field label="Device" name="device" form={form} onChange={change} list="jp-Workbench-devices"
+          <FormField prefix="capture" label="Device" name="device" form={form} onChange={change} list="jp-Workbench-devices"
             placeholder={defaultText(options, 'device')} title="cpu, cuda[:N] or tpu[:N] (the devices of the server are offered)" />
           <div className="jp-Workbench-field">
             <label htmlFor="jp-Workbench-capture-profiler">Profiler</label>
@@ -539,43 +482,16 @@ export function CaptureSection(props: {
         </div>
         {profiler === KERNEL_PROFILER ? (
           <div className="jp-Workbench-fieldRow">
-            <Field label="Kernel name" name="kernel_name" form={form} onChange={change} placeholder="all kernels"
+            <FormField prefix="capture" label="Kernel name" name="kernel_name" form={form} onChange={change} placeholder="all kernels"
               title="Profile only these kernels: a name, or regex:<expression>" />
-            <Field label="Launch count" name="launch_count" type="number" form={form} onChange={change}
-              field={fields.get('launch_count')} placeholder={defaultText(options, 'launch_count')}
+            <FormField prefix="capture" label="Launch count" name="launch_count" type="number" form={form} onChange={change}
+              bounds={fields.get('launch_count')} placeholder={defaultText(options, 'launch_count')}
               title="Kernel launches to profile per variant" />
           </div>
         ) : null}
-        <div className="jp-Workbench-field jp-Workbench-check">
-          <input
-            id="jp-Workbench-capture-profile"
-            type="checkbox"
-            checked={form.profile}
-            onChange={event => change('profile', event.target.checked)}
-          />
-          <label htmlFor="jp-Workbench-capture-profile">
-            Profiler trace (torch.profiler / jax.profiler)
-          </label>
-        </div>
-        <div className="jp-Workbench-buttons">
-          <button
-            type="submit"
-            className="jp-Button jp-mod-styled jp-mod-accept"
-            disabled={running || submitting}
-          >
-            {submitting ? 'Starting…' : 'Capture'}
-          </button>
-          {running ? (
-            <button
-              type="button"
-              className="jp-Button jp-mod-styled jp-mod-warn"
-              onClick={cancel}
-              disabled={cancelling}
-            >
-              {cancelling ? 'Cancelling…' : 'Cancel'}
-            </button>
-          ) : null}
-        </div>
+        <CheckField id="jp-Workbench-capture-profile" label="Profiler trace (torch.profiler / jax.profiler)"
+          checked={form.profile} onChange={checked => change('profile', checked)} />
+        <JobButtons label="Capture" running={running} submitting={submitting} cancelling={cancelling} onCancel={cancel} />
       </form>
       <ErrorNote text={error} />
       {job && running ? <Progress job={job} /> : null}

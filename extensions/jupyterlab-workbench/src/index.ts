@@ -23,12 +23,13 @@ import { ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { refreshIcon } from '@jupyterlab/ui-components';
 
-import { IRunRow } from './api';
+import { IJob, IRunRow } from './api';
 import { workbenchIcon } from './icon';
 import { IQueryShown, QueryResultView } from './queryView';
 import { runLabel } from './runs';
 import { WorkbenchSidebar } from './sidebar';
-import { BokehView, viewSource } from './view';
+import { quantTitle } from './quant';
+import { BokehView, quantSource, viewSource } from './view';
 
 const PLUGIN_ID = 'jupyterlab-workbench:plugin';
 
@@ -118,6 +119,33 @@ const plugin: JupyterFrontEndPlugin<void> = {
       return widget;
     };
 
+    /**
+     * Open (or bring forward) the views of a succeeded quantization job. Not restored with the layout: the lab's
+     * results live as long as the server's job list.
+     */
+    const showQuant = (job: IJob): void => {
+      const id = `workbench-quant-${job.id}`;
+      const open = Array.from(shell.widgets('main')).find(widget => widget.id === id);
+      if (open) {
+        shell.activateById(id);
+        return;
+      }
+      const content = new BokehView(quantSource(job.id), baseUrl);
+      const widget = new MainAreaWidget({ content });
+      widget.id = id;
+      widget.addClass('jp-Workbench-viewPanel');
+      widget.title.label = quantTitle(job);
+      widget.title.caption = `${quantTitle(job)} (job ${job.id})`;
+      widget.title.icon = workbenchIcon;
+      widget.title.closable = true;
+      widget.toolbar.addItem(
+        'refresh',
+        new ToolbarButton({ icon: refreshIcon, tooltip: 'Draw again', onClick: () => void content.refresh() })
+      );
+      shell.add(widget, 'main');
+      shell.activateById(id);
+    };
+
     /** The main-area view of the latest query's result: one, reused by each query while it is open. */
     let queryPanel: MainAreaWidget<QueryResultView> | null = null;
     const showQuery = (shown: IQueryShown): void => {
@@ -137,6 +165,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const sidebar = new WorkbenchSidebar({
       open: runs => runs.forEach(run => show([run])),
       compare: (runs, baseline) => show(runs, baseline),
+      showQuant,
       showQuery,
       deleted: runs =>
         tracker.forEach(widget => {

@@ -7,7 +7,7 @@
 import * as React from 'react';
 
 import { IRunRow, runQuery } from './api';
-import { ErrorNote } from './capture';
+import { ErrorNote } from './form';
 import { errorMessage } from './job';
 import { IQueryShown } from './queryView';
 import { runLabel } from './runs';

@@ -12,7 +12,7 @@
 import * as React from 'react';
 
 import { IJob, IServePoint, IServeRequest, IServeResult, isServeJob, startServe } from './api';
-import { ErrorNote, FormError } from './capture';
+import { ErrorNote, FormError, FormField, JobButtons, RunningJob } from './form';
 import { useFollowedJob } from './job';
 
 /** The server's bounds (`serve_handlers.py`), checked here first so a mistake shows at once. */
@@ -170,75 +170,6 @@ function pointFigures(point: IServePoint): string {
   return `${summary.ok ?? 0} ok, ${summary.failed ?? 0} failed`;
 }
 
-interface IFieldProps {
-  label: string;
-  name: keyof IServeForm;
-  form: IServeForm;
-  onChange: (name: keyof IServeForm, value: string) => void;
-  type?: 'text' | 'number' | 'url';
-  max?: number;
-  placeholder?: string;
-  title?: string;
-  required?: boolean;
-}
-
-function Field(props: IFieldProps): JSX.Element {
-  const id = `jp-Workbench-serve-${props.name}`;
-  return (
-    <div className="jp-Workbench-field">
-      <label htmlFor={id}>{props.label}</label>
-      <input
-        id={id}
-        name={props.name}
-        className="jp-mod-styled"
-        type={props.type ?? 'text'}
-        min={props.type === 'number' ? 1 : undefined}
-        max={props.type === 'number' ? props.max : undefined}
-        value={props.form[props.name]}
-        placeholder={props.placeholder}
-        title={props.title}
-        aria-required={props.required ? true : undefined}
-        spellCheck={false}
-        onChange={event => props.onChange(props.name, event.target.value)}
-      />
-    </div>
-  );
-}
-
-/** A running (or queued) serving job: its load, an indeterminate bar and its log so far. */
-function Running(props: { job: IJob }): JSX.Element {
-  const { job } = props;
-  const request = isServeJob(job) ? job.request.serve : null;
-  const label = request ? loadLabel(request) : 'serving';
-  if (job.status === 'queued') {
-    return (
-      <div className="jp-Workbench-progressLabel" role="status">
-        Queued{job.queue_position ? ` (position ${job.queue_position})` : ''}
-      </div>
-    );
-  }
-  return (
-    <div className="jp-Workbench-progressBox">
-      <div className="jp-Workbench-progressLabel">
-        <span className="jp-Workbench-task">{label}</span>
-      </div>
-      <div
-        className="jp-Workbench-progress jp-mod-indeterminate"
-        role="progressbar"
-        aria-label={`serving progress: ${label}`}
-      >
-        <div className="jp-Workbench-progressFill" />
-      </div>
-      {job.log.length > 0 ? (
-        <details>
-          <summary>log</summary>
-          <pre className="jp-Workbench-log">{job.log.join('\n')}</pre>
-        </details>
-      ) : null}
-    </div>
-  );
-}
-
 /** A finished serving job: its outcome, its runs (a click opens one's dashboard), warnings and log. */
 function Outcome(props: { job: IJob; onOpen: (runIds: string[]) => void; onDismiss: () => void }): JSX.Element {
   const { job } = props;
@@ -319,13 +250,13 @@ export function ServeSection(props: {
   return (
     <section className="jp-Workbench-serve" aria-label="Serving">
       <form onSubmit={submit} noValidate>
-        <Field label="Server URL" name="url" type="url" form={form} onChange={change} required
+        <FormField prefix="serve" label="Server URL" name="url" type="url" form={form} onChange={change} required
           placeholder="http://127.0.0.1:8000"
           title="A running OpenAI-compatible server (vLLM, SGLang, TensorRT-LLM...): the workbench attaches to it" />
-        <Field label="Tokenizer folder" name="tokenizer" form={form} onChange={change} required
+        <FormField prefix="serve" label="Tokenizer folder" name="tokenizer" form={form} onChange={change} required
           placeholder="models/my-model"
           title="The served model's tokenizer (a save_pretrained folder), relative to the server's root folder: AIPerf counts prompt tokens with it" />
-        <Field label="Model" name="model" form={form} onChange={change} placeholder="the first it serves"
+        <FormField prefix="serve" label="Model" name="model" form={form} onChange={change} placeholder="the first it serves"
           title="The served model's name, as GET /v1/models lists it" />
         <div className="jp-Workbench-fieldRow">
           <div className="jp-Workbench-field">
@@ -341,35 +272,28 @@ export function ServeSection(props: {
               <option value="concurrency">concurrency</option>
             </select>
           </div>
-          <Field label={rate ? 'Rates' : 'In flight'} name="loads" form={form} onChange={change} required
+          <FormField prefix="serve" label={rate ? 'Rates' : 'In flight'} name="loads" form={form} onChange={change} required
             placeholder={rate ? '1,2,4' : '1,4,16'}
             title={rate
               ? 'Open loop: requests per second; several (1,2,4) make a sweep, one run per load point'
               : 'Closed loop: requests in flight; several (1,4,16) make a sweep, one run per load point'} />
         </div>
         <div className="jp-Workbench-fieldRow">
-          <Field label="Requests" name="requests" type="number" max={MAX_REQUESTS} form={form} onChange={change}
+          <FormField prefix="serve" label="Requests" name="requests" type="number" bounds={{ minimum: 1, maximum: MAX_REQUESTS }} form={form} onChange={change}
             required title="Requests per load point" />
-          <Field label="ISL" name="isl" type="number" max={MAX_TOKENS} form={form} onChange={change} required
+          <FormField prefix="serve" label="ISL" name="isl" type="number" bounds={{ minimum: 1, maximum: MAX_TOKENS }} form={form} onChange={change} required
             title="Input sequence length: prompt tokens per request" />
-          <Field label="OSL" name="osl" type="number" max={MAX_TOKENS} form={form} onChange={change} required
+          <FormField prefix="serve" label="OSL" name="osl" type="number" bounds={{ minimum: 1, maximum: MAX_TOKENS }} form={form} onChange={change} required
             title="Output sequence length: tokens generated per request" />
         </div>
-        <Field label="SLO" name="slo" form={form} onChange={change} placeholder="ttft=200ms,tpot=50ms"
+        <FormField prefix="serve" label="SLO" name="slo" form={form} onChange={change} placeholder="ttft=200ms,tpot=50ms"
           title="Service-level objectives for goodput (ttft, tpot, itl, e2e; ns, us, ms or s); optional" />
-        <div className="jp-Workbench-buttons">
-          <button type="submit" className="jp-Button jp-mod-styled jp-mod-accept" disabled={running || submitting}>
-            {submitting ? 'Starting…' : 'Start'}
-          </button>
-          {running ? (
-            <button type="button" className="jp-Button jp-mod-styled jp-mod-warn" onClick={cancel} disabled={cancelling}>
-              {cancelling ? 'Cancelling…' : 'Cancel'}
-            </button>
-          ) : null}
-        </div>
+        <JobButtons label="Start" running={running} submitting={submitting} cancelling={cancelling} onCancel={cancel} />
       </form>
       <ErrorNote text={error} />
-      {job && running ? <Running job={job} /> : null}
+      {job && running ? (
+        <RunningJob job={job} what="serving" label={isServeJob(job) ? loadLabel(job.request.serve) : 'serving'} />
+      ) : null}
       {job && !running ? <Outcome job={job} onOpen={props.onOpen} onDismiss={dismiss} /> : null}
     </section>
   );

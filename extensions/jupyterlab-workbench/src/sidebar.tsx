@@ -1,5 +1,5 @@
 /**
- * The Workbench sidebar: the traces folder, the capture form, the serving form, the runs with their actions (open, compare, delete,
+ * The Workbench sidebar: the traces folder, the capture form, the serving form, the quantization lab, the runs with their actions (open, compare, delete,
  * import; trace files dropped on the panel are imported too) and the SQL query box. The runs list refreshes
  * itself when runs appear or vanish: it polls the server's cheap `traces/version` every `WATCH_MS`.
  */
@@ -9,9 +9,11 @@ import { ReactWidget } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
 import { deleteRun, IJob, IListing, IRunRow, listRuns, setTracesRoot, tracesVersion } from './api';
-import { CaptureSection, ErrorNote } from './capture';
+import { CaptureSection } from './capture';
+import { ErrorNote } from './form';
 import { workbenchIcon } from './icon';
 import { ImportButton, ImportList, ImportTracker } from './imports';
+import { QuantSection } from './quant';
 import { QuerySection } from './query';
 import { IQueryShown } from './queryView';
 import { RunList, runLabel } from './runs';
@@ -26,6 +28,8 @@ export interface ISidebarActions {
   open(runIds: string[]): void;
   /** Open the comparison of two or more runs against `baseline` (one of them; null: the server's rule). */
   compare(runIds: string[], baseline: string | null): void;
+  /** Show the views of a succeeded quantization job in the main area. */
+  showQuant(job: IJob): void;
   /** Show a query's result in the main area. */
   showQuery(shown: IQueryShown): void;
   /** The runs were deleted: close their views. */
@@ -217,6 +221,10 @@ function WorkbenchPanel(props: IPanelProps): JSX.Element {
       <details className="jp-Workbench-section jp-Workbench-serveSection">
         <summary>Serving</summary>
         <ServeSection onFinished={finished} onOpen={actions.open} />
+      </details>
+      <details className="jp-Workbench-section jp-Workbench-quantSection">
+        <summary>Quantization</summary>
+        <QuantSection onShow={actions.showQuant} />
       </details>
       <details className="jp-Workbench-section" open>
         <summary>

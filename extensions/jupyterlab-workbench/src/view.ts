@@ -1,5 +1,6 @@
 /**
- * The main-area view: one run's dashboard, or the comparison of several runs, drawn by BokehJS.
+ * The main-area view: one run's dashboard, the comparison of several runs, or a quantization job's lab, drawn by
+ * BokehJS.
  *
  * Resizing: the workbench layouts have fixed pixel widths (tables, linked timelines), so the view asks
  * the server for a layout as wide as the panel, and asks again, once the size has settled, when the
@@ -11,7 +12,7 @@
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { fetchComparison, fetchDashboard, IBokehItem } from './api';
+import { fetchComparison, fetchDashboard, fetchQuantView, IBokehItem } from './api';
 import { EmbeddedItem, embedItem } from './bokeh';
 import {
   captureTimeline,
@@ -42,6 +43,11 @@ export function viewSource(runs: string[], baseline: string | null = null): IVie
     return { runs, baseline: null, fetch: width => fetchDashboard(runs[0], width) };
   }
   return { runs, baseline, fetch: width => fetchComparison(runs, width, baseline) };
+}
+
+/** The source for the views of the quantization job `jobId` (no run: the lab's results are kept by its job). */
+export function quantSource(jobId: string): IViewSource {
+  return { runs: [], baseline: null, fetch: width => fetchQuantView(jobId, width) };
 }
 
 /** A panel that draws the Bokeh layout of a `IViewSource`. */
