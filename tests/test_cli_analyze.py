@@ -37,8 +37,8 @@ def test_json_has_the_public_fields_and_the_idle_of_the_trace(resnet: tuple[Path
     assert data["findings"] and all({"kind", "time_share", "evidence", "suggestion"} <= f.keys()
                                     for f in data["findings"])
     assert all(0 <= f["time_share"] <= 1 for f in data["findings"])
-    shares = [f["time_share"] for f in data["findings"]]
-    assert shares == sorted(shares, reverse=True)
+    ranks = [(-(f["path_share"] or 0.0), -f["time_share"]) for f in data["findings"]]  # on the path first
+    assert ranks == sorted(ranks)
     trace = read_trace(fixture_path("kineto", "resnet50_v100_train.pt.trace.json.gz"))
     expected = idle_summary(trace, phase_window(trace, "measure"))["cuda:0"]
     idle = data["idle"]["cuda:0"]

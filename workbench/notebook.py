@@ -1,12 +1,14 @@
-"""The notebook front door: `wb.capture`, `wb.show`, `wb.compare`, `wb.show_diff` (the CLI's functions, placed
-inline) and each analysis as a function returning a DataFrame: `wb.roofline`, `wb.findings`, `wb.idle`,
-`wb.call_tree` (call paths with self and total time), `wb.diff` (and `wb.comparison`, several runs against a
-baseline, as `workbench diff --json`), `wb.fusion`, `wb.fusion_detail`, and SQL over runs, `wb.sql`. The ranks of
-a distributed job: `wb.ranks` (the per-rank table), `wb.show_ranks` (its view). A sweep (`wb.capture(batch=[1, 2,
-4], seq=[128, 512])`) has its curves as DataFrames: `wb.sweep_table`, `wb.crossovers`, `wb.pareto`. Serving runs
-(`workbench serve`, or `wb.serve` here) have their views in `wb.show_serving`. The quantization lab:
-`wb.quant_sensitivity` (which layers and tensors take which format), `wb.quant_compare` (recipes side by side) and
-`wb.quant_plan` (mixed precision under an error budget).
+"""The notebook front door: `wb.capture`, `wb.show`, `wb.compare`, `wb.show_diff` (the CLI's functions, placed inline)
+and each analysis as a function returning a DataFrame: `wb.roofline`, `wb.findings`, `wb.idle`, `wb.call_tree` (call
+paths with self and total time), `wb.critical_path` (a step's critical path), `wb.diff` (and `wb.comparison`,
+several runs against a baseline, as `workbench diff --json`), `wb.fusion`, `wb.fusion_detail`, `wb.provenance`
+(kernels traced to the model's source ops, and two runs compared op by op), `wb.replay` (the top ops rebuilt from
+the trace's shapes and timed alone), and SQL over runs, `wb.sql`. The ranks of a distributed job: `wb.ranks` (the
+per-rank table), `wb.show_ranks` (its view). A sweep (`wb.capture(batch=[1, 2, 4], seq=[128, 512])`) has its curves
+as DataFrames: `wb.sweep_table`, `wb.crossovers`, `wb.pareto`. Serving runs (`workbench serve`, or `wb.serve` here)
+have their views in `wb.show_serving`. The quantization lab: `wb.quant_sensitivity` (which layers and tensors take
+which format), `wb.quant_compare` (recipes side by side) and `wb.quant_plan` (mixed precision under an error
+budget).
 
 A run is named as everywhere: a run id (under `root`, default `$WORKBENCH_TRACES` or ./traces), a bundle
 path, a `Bundle`, or what `wb.capture` returned (a list of bundles; a one-run function takes a list of
@@ -117,6 +119,16 @@ def roofline(run: RunRef | Sequence[RunRef], device: str | None = None,
     return table.reset_index(drop=True)
 
 
+def replay(run: RunRef | Sequence[RunRef], top: int = 20, *, variants: Sequence[str] = ("eager", "bf16", "compile"),
+           iterations: int = 20, warmup: int = 3, root: str | Path | None = None) -> pd.DataFrame:
+    """A run's `top` op signatures by self time rebuilt from their recorded inputs and timed alone, as `workbench
+    replay RUN` does: columns `workbench.replay.table.REPLAY_COLUMNS`, settings and the replay's floor in `attrs`.
+    Draw it with `workbench.views.replay.replay_view(table, title)`."""
+    from workbench.replay.table import replay_run
+
+    return replay_run(_one(run, root, "replay"), top=top, variants=variants, iterations=iterations, warmup=warmup)
+
+
 def findings(run: RunRef | Sequence[RunRef], device: str | None = None,
              root: str | Path | None = None) -> pd.DataFrame:
     """A run's bottleneck findings, largest share of time first, as `workbench analyze RUN` ranks them:
@@ -139,6 +151,21 @@ def idle(run: RunRef | Sequence[RunRef], root: str | Path | None = None) -> pd.D
 
     trace = _one(run, root, "idle").trace()
     return idle_gaps(trace, phase_window(trace, PHASE_MEASURE))
+
+
+def critical_path(run: RunRef | Trace | Sequence[RunRef], step: int | None = None,
+                  root: str | Path | None = None) -> pd.DataFrame:
+    """The critical path of one profiled step of a run (or Trace), by default the step of median length: one row
+    per segment in time order, | kind (cpu op, untraced, launch latency, kernel, memcpy, memset, wait) | name | row |
+    start_ns | dur_ns | share | (`workbench.analysis.critical_path`). Its `attrs["path"]` is the `CriticalPath`,
+    whose `what_if({"name": 2.0})` gives the step's length with those events twice as fast and `by_name()` sets
+    each name's path share beside its share of device time."""
+    from workbench.analysis.critical_path import critical_path as path_of
+
+    path = path_of(_trace(run, root, "critical_path"), step)
+    table = path.segments.copy()
+    table.attrs["path"] = path
+    return table
 
 
 def call_tree(run: RunRef | Trace | Sequence[RunRef], *, phase: str | None = PHASE_MEASURE, threads: bool = True,
@@ -180,6 +207,19 @@ def fusion_detail(run: RunRef | Sequence[RunRef], root: str | Path | None = None
     from workbench.analysis.fusion import fusion_inputs
 
     return detail(fusion_inputs(_one(run, root, "fusion_detail")))
+
+
+def provenance(run: RunRef | Sequence[RunRef], against: RunRef | Sequence[RunRef] | None = None, *,
+               by_source_op: bool = False, root: str | Path | None = None) -> pd.DataFrame:
+    """One run's kernels with the source ops each computes (`workbench.analysis.provenance.provenance`); with
+    `by_source_op` its time per source op instead; with `against` (a second run) both runs' kernels grouped
+    by the source ops they share (`compare_by_source_op`, `run` as side a)."""
+    from workbench.analysis import provenance as prov
+
+    bundle = _one(run, root, "provenance")
+    if against is not None:
+        return prov.compare_by_source_op(bundle, _one(against, root, "provenance"))
+    return prov.by_source_op(bundle) if by_source_op else prov.provenance(bundle)
 
 
 def show_diff(a: RunRef | Sequence[RunRef], b: RunRef | Sequence[RunRef], *, phase: str | None = PHASE_MEASURE,

@@ -19,6 +19,7 @@ from torch import nn
 
 from workbench.backends.benchmark import CudaEventTimer, Timer, WallClockTimer
 from workbench.backends.devices import resolve_device, synchronize
+from workbench.backends.inductor_record import INDUCTOR_GRAPHS, record_inductor
 from workbench.backends.prepared import time_first_call
 from workbench.backends.quantize import quantize_fp8_dynamic, quantize_int8_dynamic, quantize_int8_weight_only
 from workbench.backends.registry import BackendSpec, register_backend
@@ -87,11 +88,14 @@ class PreparedVariant:
         device: torch.device,
         recipe: PrecisionRecipe,
         notes: dict[str, Any],
+        record_compile: bool = False,
     ) -> None:
         self.variant = variant
         self.module = module
         self.device = device
         self.notes = notes
+        self.artifacts: dict[str, str] = {}
+        self._record_compile = record_compile
         self._autocast_dtype = recipe.autocast_dtype
         self._compile_failures = _compile_failures() if variant.compile else ()
 
@@ -130,20 +134,27 @@ class PreparedVariant:
     def first_call(self, inputs: Sequence[torch.Tensor]) -> float:
         """Run once and return its wall time in seconds: includes compilation for compiled variants.
 
-        Also recorded as notes["first_call_s"].
+        Also recorded as notes["first_call_s"]. With `record_compile` (a profiled inductor compile), what inductor
+        says about the compilation is kept in `artifacts` (`inductor_record.INDUCTOR_GRAPHS`).
         """
-        return time_first_call(self, inputs)
+        if not self._record_compile:
+            return time_first_call(self, inputs)
+        with record_inductor() as recorder:
+            elapsed = time_first_call(self, inputs)
+        if recorder.graphs:
+            self.artifacts[INDUCTOR_GRAPHS] = recorder.document()
+        return elapsed
 
 
-def _compile(module: nn.Module, backend: str, mode: str | None, profile_cpu_kernels: bool) -> nn.Module:
-    """torch.compile with `mode`'s settings; options apply to this compilation only, so inductor's
-    global config is left as it was (torch.compile takes a mode or options, so a mode is spelled out
-    as its options when kernel profiling is added)."""
-    if not profile_cpu_kernels:
+def _compile(module: nn.Module, backend: str, mode: str | None, extra: dict[str, Any]) -> nn.Module:
+    """torch.compile with `mode`'s settings and the `extra` inductor options; options apply to this
+    compilation only, so inductor's global config is left as it was (torch.compile takes a mode or options,
+    so a mode is spelled out as its options when options are added)."""
+    if not extra:
         return torch.compile(module, backend=backend, mode=mode)
     from torch._inductor import list_mode_options
 
-    options = {**(list_mode_options(mode) if mode else {}), "cpp.enable_kernel_profile": True}
+    options = {**(list_mode_options(mode) if mode else {}), **extra}
     return torch.compile(module, backend=backend, options=options)
 
 
@@ -165,7 +176,9 @@ def prepare_torch(variant: Variant, loaded: LoadedModel, *, kernel_profile: bool
 
     `kernel_profile` makes inductor's generated CPU kernels appear as named profiler events
     (`cpp.enable_kernel_profile`). It only applies to inductor on CPU (GPU kernels are named in
-    traces anyway) and is ignored elsewhere; notes["kernel_profile"] says whether it applied.
+    traces anyway) and is ignored elsewhere; notes["kernel_profile"] says whether it applied. For an inductor
+    variant it also turns on inductor's provenance tracking and keeps what the compile reports in `artifacts`
+    (`workbench.backends.inductor_record`), so each kernel of the trace can be traced to its source ops.
     """
     device = resolve_device(variant.device)
     recipe = _check_precision(variant, device)
@@ -173,9 +186,13 @@ def prepare_torch(variant: Variant, loaded: LoadedModel, *, kernel_profile: bool
     quantization = None
     if recipe.quantizer is not None:
         module, quantization = recipe.quantizer(module, device)
-    profile_cpu_kernels = kernel_profile and variant.compile == "inductor" and device.type == "cpu"
+    record_compile = kernel_profile and variant.compile == "inductor"
+    profile_cpu_kernels = record_compile and device.type == "cpu"
     if variant.compile:
-        module = _compile(module, variant.compile, variant.compile_mode, profile_cpu_kernels)
+        extra: dict[str, Any] = {"trace.provenance_tracking_level": 1} if record_compile else {}
+        if profile_cpu_kernels:
+            extra["cpp.enable_kernel_profile"] = True
+        module = _compile(module, variant.compile, variant.compile_mode, extra)
     notes: dict[str, Any] = {
         "device": str(device),
         "torch_version": torch.__version__,
@@ -190,7 +207,7 @@ def prepare_torch(variant: Variant, loaded: LoadedModel, *, kernel_profile: bool
         notes["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     else:
         notes["device_name"] = torch.cuda.get_device_name(device)
-    return PreparedVariant(variant, module, device, recipe, notes)
+    return PreparedVariant(variant, module, device, recipe, notes, record_compile)
 
 
 VARIANTS = (

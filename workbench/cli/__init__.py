@@ -1,6 +1,7 @@
 """The `workbench` command line: one module per group of commands (`capture`; `traces`: import, ls, show, rm,
 report; `analysis`: analyze, cost; `llm`: generate, llm-model; `serve`: a server under load; `quant`: the
-quantization lab; `xprof`; `child`:
+quantization lab; `replay`: ops rebuilt from a trace and timed alone; `provenance`: kernels traced to source ops;
+`xprof`; `child`:
 the hidden child of Nsight runs), all printing through `render`.
 
 Exit codes (`workbench.errors`): 0 success; 1 a capture in which some variants failed (the others were
@@ -22,10 +23,12 @@ with QuietWhileLoading():  # Ctrl-C while the command line loads exits 130 quiet
     from workbench.cli.child import profile_variant_child
     from workbench.cli.diff import diff
     from workbench.cli.llm import generate, llm_model
+    from workbench.cli.provenance import provenance
     from workbench.cli.quant import quant
     from workbench.cli.query import query
     from workbench.cli.ranks import ranks
     from workbench.cli.render import CommandGroup
+    from workbench.cli.replay import replay
     from workbench.cli.serve import serve
     from workbench.cli.traces import import_, ls, report, rm, show
     from workbench.cli.xprof import xprof
@@ -35,7 +38,7 @@ __all__ = ["EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "EXIT_PARTIAL", "main"]
 """The command group, and the exit codes it ends with (defined in `workbench.errors`)."""
 
 COMMANDS = (capture, profile_variant_child, import_, ls, show, report, rm, xprof, analyze, cost, generate, llm_model,
-            query, ranks, serve, diff, quant)
+            query, ranks, serve, diff, quant, replay, provenance)
 """Every command, by module: capture, the child, the traces commands, xprof, analysis, llm, query, ranks."""
 
 

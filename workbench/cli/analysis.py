@@ -12,9 +12,10 @@ from rich.text import Text
 from workbench.cli.options import json_option, out_option
 from workbench.cli.render import err, errors, out, print_json, print_kv, print_table
 from workbench.paths import checked_root
-from workbench.views.text_tables import TextTable, cells
+from workbench.views.text_tables import TextTable, cells, format_duration
 
-FINDING_COLUMNS = ("kind", "share", "what", "next step")
+FINDING_COLUMNS = ("kind", "share", "of path", "what", "next step")
+PATH_COLUMNS = ("kind", "name", "on path", "share", "device share")
 ROOFLINE_COLUMNS = ("kind", "name", "calls", "ms", "FLOP/B", "achieved TFLOP/s", "GB/s", "bound", "of roof",
                     "work from")
 COST_COLUMNS = ("variant", "basis", "device", "ms/call", "items/s", "$/h", "$/M calls", "$/M items", "$/M tokens",
@@ -30,8 +31,9 @@ COST_COLUMNS = ("variant", "basis", "device", "ms/call", "items/s", "$/h", "$/M 
 @out_option
 @json_option
 def analyze(run: str, device: str | None, top: int, out_dir: str | None, as_json: bool) -> None:
-    """Where the time goes and what bounds it: ranked findings with evidence and next steps, device
-    idle time, and the roofline of ops and kernels (the steady state of a capture)."""
+    """Where the time goes and what bounds it: ranked findings with evidence and next steps (first those on a
+    typical step's critical path), that path with a what-if speedup, device idle time, and the roofline of ops and
+    kernels (the steady state of a capture)."""
     from workbench.analysis.findings.bottlenecks import analyze_run
     from workbench.trace.store.bundle import open_bundle
 
@@ -52,11 +54,13 @@ def _print_analysis(result: dict[str, Any], top: int) -> None:
                             f"  device figures: {result['device'] or 'unknown (give --device)'}  ({scope})"))
     if result["findings"]:
         print_table(TextTable("findings, largest share first", FINDING_COLUMNS, tuple(
-            cells(f["kind"], f"{f['time_share']:.1%}", f.get("title") or "", f["suggestion"])
-            for f in result["findings"]), left=frozenset(FINDING_COLUMNS) - {"share"}),
+            cells(f["kind"], f"{f['time_share']:.1%}", "-" if f.get("path_share") is None else f"{f['path_share']:.1%}",
+                  f.get("title") or "", f["suggestion"])
+            for f in result["findings"]), left=frozenset(FINDING_COLUMNS) - {"share", "of path"}),
             fold=FINDING_COLUMNS, max_widths={"what": 60, "next step": 60})
     else:
         out.print("no findings")
+    _print_path(result.get("critical_path"))
     if result["idle"]:
         print_kv("device idle (ms)", {
             f"{device} {key.removesuffix('_ns').replace('_', ' ')}": value / 1e6
@@ -69,6 +73,27 @@ def _print_analysis(result: dict[str, Any], top: int) -> None:
                   str(row["bound"]), "-" if row["fraction_of_roof"] is None else f"{row['fraction_of_roof']:.1%}",
                   row.get("source") or "-") for row in result["roofline"][:top]),
             left=frozenset({"kind", "name", "bound", "work from"})), no_wrap=ROOFLINE_COLUMNS, max_widths={"name": 60})
+
+
+def _print_path(path: dict[str, Any] | None) -> None:
+    """The critical path's summary: the step, its length, time per segment kind, the top names and the what-if."""
+    if not path:
+        return
+    if "error" in path:
+        out.print(f"critical path: {path['error']}")
+        return
+    kinds = ", ".join(f"{kind} {ns / max(path['length_ns'], 1):.0%}" for kind, ns in path["by_kind"].items())
+    out.print(Text.assemble(("critical path", "bold"), f"  step {path['step']}: {format_duration(path['length_ns'])} "
+                            f"(step span {format_duration(path['step_ns'])}); {kinds}"))
+    print_table(TextTable("on the critical path, largest share first", PATH_COLUMNS, tuple(
+        cells(row["kind"], row["name"], format_duration(row["path_ns"]), f"{row['share']:.1%}",
+              "-" if row["device_share"] is None else f"{row['device_share']:.1%}") for row in path["top"]),
+        left=frozenset({"kind", "name"})), no_wrap=PATH_COLUMNS, max_widths={"name": 60})
+    for hint in path["what_if"]:
+        device = "" if hint["device_share"] is None else f"{hint['device_share']:.0%} of device time, "
+        out.print(f"what if {hint['name'][:80]} ({device}{hint['path_share']:.0%} of the path) ran "
+                  f"{hint['speedup']:g}x faster: the step saves {format_duration(hint['saves_ns'])} "
+                  f"({hint['saves_share']:.1%})", markup=False, highlight=False)
 
 
 @click.command()

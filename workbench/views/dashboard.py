@@ -6,7 +6,8 @@ memory map share one x-range (zooming one zooms the others); the call tree's fla
 launching op" table jump the timeline to what is clicked; selecting rows of
 the op or kernel table selects those names' spans in the timeline, and selecting a kernel there
 selects the op that launched it (the timeline's own link). Selecting roofline points selects their
-names in the tables and the timeline. The roofline and findings tabs show what `workbench analyze RUN`
+names in the tables and the timeline. The critical path tab draws a typical step's path on the timeline's axis and
+jumps the timeline to a selected segment. The roofline and findings tabs show what `workbench analyze RUN`
 prints (`analysis.bottlenecks.analyze_run`), against the run's device figures or `device`.
 """
 
@@ -18,14 +19,18 @@ from bokeh.layouts import column
 from bokeh.models import DataTable, Div, LayoutDOM, Range1d, TabPanel, Tabs
 
 from workbench.analysis.breakdown import phase_window
+from workbench.analysis.critical_path import critical_path
 from workbench.analysis.findings.bottlenecks import analyze_run
 from workbench.analysis.noise import latency_noise
 from workbench.analysis.roofline import run_device_spec
 from workbench.analysis.summary import model_label
 from workbench.analysis.timeline import count_spans, time_extent
+from workbench.errors import WorkbenchError
+from workbench.trace import Trace
 from workbench.trace.schema import PHASE_MEASURE
 from workbench.trace.store.bundle import Bundle
 from workbench.views.counter_tracks import counter_tracks
+from workbench.views.critical_path import critical_path_panel
 from workbench.views.findings import findings_panel
 from workbench.views.flame import call_tree_panel
 from workbench.views.memory import memory_map
@@ -99,8 +104,18 @@ def dashboard(bundle: Bundle, *, width: int = 1200, max_spans: int = 20_000, dev
                       TabPanel(child=memory_map(trace, x_range=x_range, width=width), title="memory"),
                       TabPanel(child=roof, title="roofline"),
                       TabPanel(child=findings_panel(analysis["findings"], analysis["idle"], scope=scope, width=width,
-                                                    x_range=x_range), title="findings")])
+                                                    x_range=x_range), title="findings"),
+                      TabPanel(child=_critical_path_panel(trace, x_range, width), title="critical path")])
     return column(heading, time_view, tabs)
+
+
+def _critical_path_panel(trace: Trace, x_range: Range1d, width: int) -> LayoutDOM:
+    """The critical path of the trace's typical step, or a note saying why there is none."""
+    try:
+        path = critical_path(trace)
+    except WorkbenchError as exc:
+        return Div(text=f"No critical path: {exc}", render_as_text=True, width=width)
+    return critical_path_panel(path, width=width, x_range=x_range)
 
 
 def _roofline_panel(bundle: Bundle, analysis: dict[str, Any], device: str | None, width: int) -> LayoutDOM:

@@ -32,6 +32,7 @@ from workbench.trace.schema import PHASE_MEASURE
 from workbench.trace.store.bundle import Bundle
 from workbench.trace.store.records import display_name, series_name
 from workbench.views._table import data_table, duration_unit, frame_source
+from workbench.views.provenance import by_source_op_parts, fused_kernels_parts
 from workbench.views.sweep import sweep_view
 from workbench.views.timeline import timeline
 
@@ -96,9 +97,16 @@ def experiments_view(bundles: Sequence[Bundle], reference: str = "eager", *, bas
                                     "and left unfused, kernel and step time, XLA's bytes accessed and FLOPs",
                                width=width))
         parts.append(data_table(fusion, _fusion_columns(fusion), width=width, height=30 + 28 * len(fusion)))
+        parts.extend(fused_kernels_parts(with_traces, list(fusion["variant"]), width=width))
         if len(traces) >= 2:
             trace_base = names[base] if base is not None else None
             parts.extend(trace_comparison_parts(trace_comparison(with_traces, trace_base), top=top_ops, width=width))
+            anchor = bundles[base] if base is not None else next(
+                (b for b in with_traces if series_name(b.record) == against), with_traces[0])
+            compiled = [b for b in with_traces if b is not anchor and b.record.variant_backend ==
+                        anchor.record.variant_backend and b.record.notes.get("compile")]
+            if anchor.has_trace:
+                parts.extend(by_source_op_parts(anchor, compiled, width=width, top=top_ops))
         ops = op_comparison(traces).head(top_ops)
         parts.append(Paragraph(text=f"ops and kernels aligned across runs, per step (top {top_ops} by time)",
                                width=width))

@@ -38,11 +38,13 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from workbench.analysis.breakdown import phase_window
+from workbench.analysis.critical_path import critical_path, finding_path_share, path_summary
 from workbench.analysis.findings.compiler import dtype_casts, memory_bound, recompilation, unfused_elementwise
 from workbench.analysis.findings.device import device_idle, launch_bound, low_occupancy, memcpy
 from workbench.analysis.findings.finding import Finding, FindingContext, Thresholds, json_ready
 from workbench.analysis.idle import busy_by_device
 from workbench.analysis.roofline import roofline, run_device_spec
+from workbench.errors import WorkbenchError
 from workbench.hardware.device import DTYPES, DeviceSpec
 from workbench.trace import Trace
 from workbench.trace.schema import PHASE_MEASURE
@@ -80,17 +82,31 @@ def findings_table(findings: list[Finding]) -> pd.DataFrame:
 
 
 def analyze(trace: Trace, roofline: pd.DataFrame | None = None) -> dict[str, Any]:
-    """What `workbench analyze --json` prints: `{"findings": [...], "roofline": [...], "idle": {...}, "window"}`.
+    """What `workbench analyze --json` prints: `{"findings": [...], "critical_path": {...}, "roofline": [...],
+    "idle": {...}, "window"}`.
 
-    Covers the `measure` phase of a capture (its steady state, not compilation) and the whole trace of
-    an import; `idle` is per device (`workbench.analysis.idle.idle_summary`), `roofline` the given
-    DataFrame's records ([] without one).
+    Findings carry `path_share`, their share of a typical step's critical path where their kind maps onto it
+    (`workbench.analysis.critical_path.finding_path_share`; None elsewhere), and rank by it, then by time_share;
+    "critical_path" is that path's `path_summary` (`{"error": ...}` for a step past its bound). Covers the `measure`
+    phase of a capture (its steady state, not compilation) and the whole trace of an import; `idle` is per device
+    (`workbench.analysis.idle.idle_summary`), `roofline` the given DataFrame's records ([] without one).
     """
     window = phase_window(trace, PHASE_MEASURE)
-    findings = find_bottlenecks(trace, roofline, window=window)
+    findings = [f.to_dict() for f in find_bottlenecks(trace, roofline, window=window)]
     busy = busy_by_device(trace, window)
+    try:
+        path = critical_path(trace)
+    except WorkbenchError as exc:  # a step past the path's bound
+        path, summary = None, {"error": str(exc)}
+    else:
+        summary = path_summary(path)
+    for f in findings:
+        f["path_share"] = None if path is None else finding_path_share(f, path)
+    if path is not None:
+        findings.sort(key=lambda f: -(f["path_share"] or 0.0))  # stable: by time_share where the path says nothing
     return {
-        "findings": [f.to_dict() for f in findings],
+        "findings": findings,
+        "critical_path": summary,
         "roofline": [] if roofline is None else json_ready(roofline.to_dict("records")),
         "idle": {device: b.summary() for device, b in busy.items()},
         "window": None if window is None else {"phase": PHASE_MEASURE, "start_ns": window[0], "end_ns": window[1]},
