@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from pathlib import Path
 
 from conftest import fixture_path, load_raw, write_trace
 from test_lab_browser import (  # noqa: F401 (browser, lab, page: the fixtures of a jupyter lab and Chromium)
@@ -24,6 +25,7 @@ from test_lab_browser import pytestmark as lab_marks
 
 from workbench.trace import read_trace
 from workbench.trace.store.bundle import write_bundle
+from workbench.trace.store.records import TRACE_SUFFIXES
 
 pytestmark = lab_marks  # slow; skipped without Chromium or the built labextension
 RESNET = ("kineto", "resnet50_v100_train.pt.trace.json.gz")
@@ -33,10 +35,15 @@ IMPORT_TIMEOUT_MS = 180_000
 """A safety cap for an import job (a subprocess reading the trace), not a timing check."""
 
 
-def row_named(page, name: str):
-    """The run whose list entry is named `name` (an import is named by its file)."""
+def shown(path: Path) -> str:
+    """How the panel names an import of `path`: its file less the trace suffix (`records.display_name`)."""
+    return next((path.name[: -len(suffix)] for suffix in TRACE_SUFFIXES if path.name.endswith(suffix)), path.name)
+
+
+def row_named(page, path: Path):
+    """The run whose list entry names the import of `path`."""
     return page.locator("#jp-workbench-sidebar .jp-Workbench-run", has=page.locator(
-        ".jp-Workbench-runName", has_text=name))
+        ".jp-Workbench-runName", has_text=shown(path)))
 
 
 def api(lab, method: str, path: str, body=None):
@@ -54,7 +61,7 @@ def test_import_open_and_query_runs(lab, page, tmp_path):
     # the Import button uploads a real GPU trace; the run appears under its file name
     page.locator(".jp-Workbench-importInput").set_input_files(str(resnet))
     sidebar.locator(".jp-Workbench-import.jp-mod-done", has_text=resnet.name).wait_for(timeout=IMPORT_TIMEOUT_MS)
-    imported = row_named(page, resnet.name)
+    imported = row_named(page, resnet)
     imported.wait_for(timeout=30_000)
     run_id = imported.get_attribute("data-run")
     assert (lab.traces / run_id / "raw" / resnet.name).read_bytes() == resnet.read_bytes()
@@ -72,7 +79,7 @@ def test_import_open_and_query_runs(lab, page, tmp_path):
     panel.dispatch_event("dragover", {"dataTransfer": data})
     assert sidebar.locator(".jp-Workbench-dropNote").is_visible()
     panel.dispatch_event("drop", {"dataTransfer": data})
-    row_named(page, amd.name).wait_for(timeout=IMPORT_TIMEOUT_MS)
+    row_named(page, amd).wait_for(timeout=IMPORT_TIMEOUT_MS)
 
     # a run written by someone else (a terminal, a notebook) appears without pressing Refresh;
     # its tab is named by model, variant and batch
@@ -91,7 +98,7 @@ def test_import_open_and_query_runs(lab, page, tmp_path):
     box.fill("SELECT r.file, count(*) AS kernels FROM events e JOIN runs r USING (run) "
              "WHERE e.kind = 'kernel' GROUP BY r.file ORDER BY r.file")
     sidebar.get_by_role("button", name="Run query").click()
-    table = sidebar.locator(".jp-Workbench-queryTable")
+    table = page.locator("#workbench-query-result .jp-Workbench-queryTable")  # the result opens in the main area
     table.wait_for(timeout=60_000)
     shot(page, "21-query")
     cells = [row.locator("td").all_text_contents() for row in table.locator("tbody tr").all()]
@@ -116,7 +123,7 @@ def test_import_open_and_query_runs(lab, page, tmp_path):
     item.wait_for(timeout=30_000)
     item.click(button="right")
     page.locator(".lm-Menu-item", has_text="Open in Workbench").click()
-    opened = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=triton.name)
+    opened = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=shown(triton))
     opened.wait_for(timeout=IMPORT_TIMEOUT_MS)
     (run,) = [p.name for p in lab.traces.iterdir() if (p / "raw" / triton.name).is_file()]
     wait_for_plots(page, view_selector([run]))

@@ -72,22 +72,32 @@ value in full, the unit written after it."""
 ALIGN = """
 if (typeof Bokeh === "undefined" || Bokeh.index == null) return;
 const axis = plots[plots.length - 1];
-const timeline = [...axis.document.all_models].find((m) => m.name == timeline_name && m.x_range === axis.x_range);
+const doc = axis.document;
+if (doc == null) return;
+const timeline = [...doc.all_models].find((m) => m.name == timeline_name && m.x_range === axis.x_range);
 if (timeline == null) return;
 const all = [timeline, ...plots];
 const align = () => {
+  timeline._wb_align_pending = false;
+  if (!Bokeh.documents.includes(doc)) return;  // a document the panel has replaced (a redraw at another width)
   const shown = all.filter((p) => p.visible).map((p) => [p, Bokeh.index.find_one(p)]);
-  if (shown.some(([p, v]) => v == null || !(p.inner_width > 0))) return;
+  if (shown.some(([p, v]) => v == null || !v.el.isConnected || !(p.inner_width > 0))) return;
   const left = Math.round(Math.max(...shown.map(([p, v]) => v.frame.bbox.left)));
   const right = Math.round(Math.max(...shown.map(([p, v]) => p.outer_width - v.frame.bbox.right)));
   for (const plot of all)
     if (plot.min_border_left != left || plot.min_border_right != right)
       plot.setv({min_border_left: left, min_border_right: right});
 };
-align();
+// after the layout pass that reported the width, never inside it: changing borders there re-enters the layout
+const later = () => {
+  if (timeline._wb_align_pending) return;
+  timeline._wb_align_pending = true;
+  requestAnimationFrame(align);
+};
+later();
 if (!timeline._wb_counter_tracks) {  // the timeline's borders change too (lanes expanded, a redraw)
   timeline._wb_counter_tracks = true;
-  timeline.properties.inner_width.change.connect(align);
+  timeline.properties.inner_width.change.connect(later);
 }
 """
 """Give the timeline and the tracks the widest of their borders, so that a time is at the same x on all."""
@@ -128,9 +138,10 @@ def _group_label(group: str, shown: int, left_out: int) -> str:
 def _track_figure(track: CounterTrack, x_range: Range, width: int) -> figure:
     """One track: the area under its steps, the step line, its name on the left and its unit on the y axis."""
     points = track.points
-    source = ColumnDataSource({column: points[column].to_numpy() for column in ("ts_ns", "end_ns", "value")},
-                              name=TRACK_SOURCE)
-    values = points["value"].to_numpy()
+    # float64 throughout: BokehJS reads int64 arrays through a slow path that breaks when a redraw reuses them
+    source = ColumnDataSource({column: points[column].to_numpy(dtype=np.float64)
+                               for column in ("ts_ns", "end_ns", "value")}, name=TRACK_SOURCE)
+    values = points["value"].to_numpy(dtype=np.float64)
     finite = values[np.isfinite(values)]
     low = min(float(finite.min()), 0.0) if len(finite) else 0.0
     high = 1.0 if track.unit == FRACTION else (float(finite.max()) if len(finite) else 0.0)
@@ -143,7 +154,8 @@ def _track_figure(track: CounterTrack, x_range: Range, width: int) -> figure:
     color = GROUP_COLORS.get(track.group, COUNTER_COLOR)
     if len(points):
         # the steps need the held end as a point of their own (the intervals below end there already)
-        steps = ColumnDataSource({"x": np.append(points["ts_ns"].to_numpy(), points["end_ns"].to_numpy()[-1]),
+        steps = ColumnDataSource({"x": np.append(points["ts_ns"].to_numpy(dtype=np.float64),
+                                                 float(points["end_ns"].iloc[-1])),
                                   "y": np.append(values, values[-1])})
         fig.varea_step(x="x", y1=low, y2="y", step_mode="after", source=steps, fill_color=color, fill_alpha=0.35)
         fig.step(x="x", y="y", mode="after", source=steps, line_color=color, line_width=1.5)
