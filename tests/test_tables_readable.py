@@ -163,3 +163,19 @@ def test_bokeh_table_escapes_a_name_with_markup(tmp_path):
     assert "<%= value %>" not in name.formatter.template  # `value` would be the raw name
     device = next(c for c in table.columns if c.field == "device")
     assert device.title == "device (µs)" and list(data["device"]) == [4.0]  # the kernel's own 4 µs
+
+
+def test_a_hover_column_whose_field_has_a_space_renders(tmp_path):
+    """A field such as "source ops" gets an identifier for its escaped copy: the cell's template must parse."""
+    import pandas as pd
+    from bokeh.embed import file_html
+    from bokeh.resources import INLINE
+
+    from workbench.views._table import data_table
+
+    table = data_table(pd.DataFrame({"source ops": ["<b>add</b>, mul"]}), [("source ops", "source ops", None)],
+                       width=300, height=100, hover=("source ops",))
+    template = table.columns[0].formatter.template
+    assert "source_ops_escaped" in template and "source ops_escaped" not in template
+    assert list(table.source.data["source_ops_escaped"]) == ["&lt;b&gt;add&lt;/b&gt;, mul"]
+    (tmp_path / "t.html").write_text(file_html(table, INLINE))

@@ -4,6 +4,7 @@ and sizes its columns alike."""
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,15 +28,21 @@ TableColumns = Sequence[tuple[str, str, str | None]]
 
 
 ESCAPED_SUFFIX = "_escaped"
-"""A text column with hover titles has a companion column, its name plus this suffix, holding its text
-HTML-escaped (quotes included); the cell's template inserts only that one."""
+"""A text column with hover titles has a companion column, its name (as an identifier) plus this suffix, holding
+its text HTML-escaped (quotes included); the cell's template inserts only that one."""
+
+
+def escaped_field(field: str) -> str:
+    """The companion column of `field`: a name the template can use as a variable ("source ops" →
+    "source_ops_escaped")."""
+    return re.sub(r"\W", "_", field) + ESCAPED_SUFFIX
 
 
 def hover_formatter(field: str) -> HTMLTemplateFormatter:
     """A cell showing the text of column `field` with the whole text as its hover title (a long kernel name cut
     by the column's width reads whole on hover). The template inserts the companion column of escaped text
     (`escaped_text`), never the raw one, so a name holding markup shows as text."""
-    escaped = field + ESCAPED_SUFFIX
+    escaped = escaped_field(field)
     return HTMLTemplateFormatter(template=f'<span title="<%= {escaped} %>"><%= {escaped} %></span>')
 
 
@@ -63,7 +70,7 @@ def data_table(frame: pd.DataFrame, columns: TableColumns, *, width: int, height
     for field, title, fmt in present:
         if fmt is None and field in hover:
             formatter = hover_formatter(field)
-            shown = shown.assign(**{field + ESCAPED_SUFFIX: escaped_text(frame[field].to_numpy(dtype=object))})
+            shown = shown.assign(**{escaped_field(field): escaped_text(frame[field].to_numpy(dtype=object))})
         elif fmt is None:
             formatter = StringFormatter()
         else:
