@@ -24,7 +24,7 @@ import {
   isServeJob,
   startCapture
 } from './api';
-import { CheckField, ErrorNote, FormError, FormField, JobButtons } from './form';
+import { CheckField, ErrorNote, FormError, FormField, JobButtons, JobLog } from './form';
 import { errorMessage, useFollowedJob } from './job';
 
 /** The profiler whose kernel selection (`kernel_name`, `launch_count`) the form shows. */
@@ -355,12 +355,7 @@ function Outcome(props: { job: IJob; onDismiss: () => void }): JSX.Element {
       >
         ✕
       </button>
-      {job.status === 'failed' && job.log.length > 0 ? (
-        <details>
-          <summary>log</summary>
-          <pre className="jp-Workbench-log">{job.log.join('\n')}</pre>
-        </details>
-      ) : null}
+      {job.status === 'failed' ? <JobLog log={job.log} /> : null}
     </div>
   );
 }

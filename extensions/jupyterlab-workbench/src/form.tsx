@@ -165,12 +165,17 @@ export function RunningJob(props: { job: IJob; label: string; what: string }): J
       >
         <div className="jp-Workbench-progressFill" />
       </div>
-      {job.log.length > 0 ? (
-        <details>
-          <summary>log</summary>
-          <pre className="jp-Workbench-log">{job.log.join('\n')}</pre>
-        </details>
-      ) : null}
+      <JobLog log={job.log} />
     </div>
   );
+}
+
+/** A job's log tail, folded (nothing when the job logged nothing). */
+export function JobLog(props: { log: string[] }): JSX.Element | null {
+  return props.log.length > 0 ? (
+    <details>
+      <summary>log</summary>
+      <pre className="jp-Workbench-log">{props.log.join('\n')}</pre>
+    </details>
+  ) : null;
 }

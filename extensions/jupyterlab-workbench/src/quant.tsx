@@ -13,7 +13,7 @@
 import * as React from 'react';
 
 import { IJob, IQuantRequest, IQuantResult, isQuantJob, startQuant } from './api';
-import { CheckField, ErrorNote, FormError, FormField, JobButtons, RunningJob } from './form';
+import { CheckField, ErrorNote, FormError, FormField, JobButtons, JobLog, RunningJob } from './form';
 import { useFollowedJob } from './job';
 
 /** The server's bounds (`quant_handlers.py`), checked here first so a mistake shows at once. */
@@ -149,12 +149,7 @@ function Outcome(props: { job: IJob; onShow: (job: IJob) => void; onDismiss: () 
           </button>
         </div>
       ) : null}
-      {job.status === 'failed' && job.log.length > 0 ? (
-        <details>
-          <summary>log</summary>
-          <pre className="jp-Workbench-log">{job.log.join('\n')}</pre>
-        </details>
-      ) : null}
+      {job.status === 'failed' ? <JobLog log={job.log} /> : null}
     </div>
   );
 }
