@@ -8,7 +8,7 @@ per-rank table), `wb.show_ranks` (its view). A sweep (`wb.capture(batch=[1, 2, 4
 as DataFrames: `wb.sweep_table`, `wb.crossovers`, `wb.pareto`. Serving runs (`workbench serve`, or `wb.serve` here)
 have their views in `wb.show_serving`. The quantization lab: `wb.quant_sensitivity` (which layers and tensors take
 which format), `wb.quant_compare` (recipes side by side) and `wb.quant_plan` (mixed precision under an error
-budget).
+budget). A model or run projected onto an accelerator description: `wb.project`.
 
 A run is named as everywhere: a run id (under `root`, default `$WORKBENCH_TRACES` or ./traces), a bundle
 path, a `Bundle`, or what `wb.capture` returned (a list of bundles; a one-run function takes a list of
@@ -404,6 +404,22 @@ def quant_plan(model: str = "tiny-gpt", fmt: str = "int4/group32", *, min_sqnr_d
 
     task = lab.quant_task(model, weights=weights, batch=batch, seq=seq, overrides=overrides)
     return mixed_precision_plan(task.module, task.inputs, fmt, min_sqnr_db=min_sqnr_db, max_kl=max_kl)
+
+
+def project(target: str | RunRef | Sequence[RunRef], accelerator: str | Path, *, batch: int = 1,
+            seq: int | None = None, root: str | Path | None = None) -> pd.DataFrame:
+    """A model (a reference `load_model` takes: one forward of its example inputs) or a run (its measured steps)
+    projected onto an accelerator description, as `workbench project` does: one row per operator, columns
+    `workbench.codesign.projection.PROJECTION_COLUMNS`; per kind or layer: `projection.totals(table, "kind")`."""
+    from workbench.codesign.description import resolve_description
+    from workbench.codesign.projection import project as project_graph
+    from workbench.codesign.sources import graph_source, run_graph
+
+    if isinstance(target, str):  # a run id or bundle path, else a model reference
+        source = graph_source(target, traces_root(root), batch=batch, seq=seq)
+    else:
+        source = run_graph(_one(target, root, "project"))
+    return project_graph(source.graph, resolve_description(accelerator))
 
 
 def _rank_aggregates(experiment: str, root: str | Path | None, cluster: str, threshold: float) -> Any:
