@@ -229,7 +229,8 @@ def test_dashboard_gains_linked_roofline_and_findings_tabs(captured):
     bundle = bundles[0]
     layout = dashboard(bundle)
     tabs = layout.select_one({"type": Tabs})
-    assert [p.title for p in tabs.tabs] == ["ops", "kernels", "call tree", "memory", "roofline", "findings"]
+    assert [p.title for p in tabs.tabs] == ["ops", "kernels", "call tree", "memory", "roofline", "findings",
+                                                "critical path"]
     result = analyze_run(bundle)
     assert result["device"] == "cpu"  # the capture recorded its measured CPU figures
     points = layout.select_one({"name": ROOFLINE_SOURCE})

@@ -231,3 +231,10 @@ def test_surfaces_carry_the_path(tmp_path: Path) -> None:
     segments = panel.select_one({"name": SEGMENTS_TABLE})
     assert isinstance(segments, DataTable) and evil in segments.source.data["name"]
     assert all(div.render_as_text for div in panel.select({"type": Div}))
+
+
+def test_a_trace_without_events_in_its_step_has_no_path_and_says_so(tmp_path: Path) -> None:
+    # only a GPU kernel with no host step around it: the trace's one window holds no host or device work to chain
+    trace = read_trace(write_trace(tmp_path / "t.json", [_device("K", 0, 0, 7, 1, cat="ac2g")]))
+    with pytest.raises(WorkbenchError, match="critical path"):
+        critical_path(trace)

@@ -73,6 +73,8 @@ class StepGraph:
         records = rows[_sync_record(ev["name"].astype(str).str.lower().to_numpy(), ev["corr"].to_numpy())]
         keep = on_host | on_device
         self.rows = rows[keep]
+        if not len(self.rows):
+            raise WorkbenchError(f"no events in the step [{start_ns:,}, {end_ns:,}) ns: no critical path to draw")
         self.name = ev["name"].astype(str).to_numpy()[keep]
         self.kind, self.device, self.track = kind[keep], device[keep], track[keep]
         self.on_device = on_device[keep]
@@ -165,7 +167,8 @@ class StepGraph:
         self.launch_ts[work[launch >= 0]] = self.start[launch[launch >= 0]]
         self.process = self.pid.copy()
         self.process[work[launch >= 0]] = self.pid[launch[launch >= 0]]
-        keys = np.array([_stream_key(d, t) for d, t in zip(self.device, self.track, strict=True)], dtype=np.int64)
+        keys = np.array([_stream_key(d, t) for d, t in zip(self.device, self.track, strict=True)],
+                        dtype=np.int64).reshape(-1, 2)  # (0, 2) for a step with no event
         self.device_no, self.stream_no = keys[:, 0], keys[:, 1]
         waits = _records(trace, records)
         by_corr = {(int(p), int(c)): w for p, c, w in waits}
