@@ -133,6 +133,15 @@ def critical_path(trace: Trace, step: int | None = None) -> CriticalPath:
                         graph=graph)
 
 
+def typical_path(trace: Trace) -> CriticalPath | str:
+    """The critical path of the trace's typical step (`critical_path(trace)`), or why it has none (a step past the
+    path's bound, no events to chain): what the analysis and the dashboard's tab both draw on, computed once."""
+    try:
+        return critical_path(trace)
+    except WorkbenchError as exc:
+        return str(exc)
+
+
 def path_summary(path: CriticalPath, top: int = 10, speedup: float = 2.0) -> dict[str, Any]:
     """The path's headline (what `workbench analyze` prints and `--json` carries under "critical_path"): the step,
     its span and the path's length, ns per segment kind, the `top` names by path share, and what-ifs: the device

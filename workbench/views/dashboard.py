@@ -19,14 +19,12 @@ from bokeh.layouts import column
 from bokeh.models import DataTable, Div, LayoutDOM, Range1d, TabPanel, Tabs
 
 from workbench.analysis.breakdown import phase_window
-from workbench.analysis.critical_path import critical_path
+from workbench.analysis.critical_path import CriticalPath, typical_path
 from workbench.analysis.findings.bottlenecks import analyze_run
 from workbench.analysis.noise import latency_noise
 from workbench.analysis.roofline import run_device_spec
 from workbench.analysis.summary import model_label
 from workbench.analysis.timeline import count_spans, time_extent
-from workbench.errors import WorkbenchError
-from workbench.trace import Trace
 from workbench.trace.schema import PHASE_MEASURE
 from workbench.trace.store.bundle import Bundle
 from workbench.views.counter_tracks import counter_tracks
@@ -92,7 +90,8 @@ def dashboard(bundle: Bundle, *, width: int = 1200, max_spans: int = 20_000, dev
     if spans is not None:
         for source in table_sources:
             link_table_to_timeline(source, spans)
-    analysis = analyze_run(bundle, device)
+    path = typical_path(trace)  # once: the findings' ranking and the tab both draw on it
+    analysis = analyze_run(bundle, device, path=path)
     roof = _roofline_panel(bundle, analysis, device, width)
     points = roof.select_one({"name": ROOFLINE_SOURCE})
     if points is not None:
@@ -105,16 +104,14 @@ def dashboard(bundle: Bundle, *, width: int = 1200, max_spans: int = 20_000, dev
                       TabPanel(child=roof, title="roofline"),
                       TabPanel(child=findings_panel(analysis["findings"], analysis["idle"], scope=scope, width=width,
                                                     x_range=x_range), title="findings"),
-                      TabPanel(child=_critical_path_panel(trace, x_range, width), title="critical path")])
+                      TabPanel(child=_critical_path_panel(path, x_range, width), title="critical path")])
     return column(heading, time_view, tabs)
 
 
-def _critical_path_panel(trace: Trace, x_range: Range1d, width: int) -> LayoutDOM:
-    """The critical path of the trace's typical step, or a note saying why there is none."""
-    try:
-        path = critical_path(trace)
-    except WorkbenchError as exc:
-        return Div(text=f"No critical path: {exc}", render_as_text=True, width=width)
+def _critical_path_panel(path: CriticalPath | str, x_range: Range1d, width: int) -> LayoutDOM:
+    """The critical path of the trace's typical step (`typical_path`), or a note saying why there is none."""
+    if isinstance(path, str):
+        return Div(text=f"No critical path: {path}", render_as_text=True, width=width)
     return critical_path_panel(path, width=width, x_range=x_range)
 
 

@@ -38,13 +38,12 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from workbench.analysis.breakdown import phase_window
-from workbench.analysis.critical_path import critical_path, finding_path_share, path_summary
+from workbench.analysis.critical_path import CriticalPath, finding_path_share, path_summary, typical_path
 from workbench.analysis.findings.compiler import dtype_casts, memory_bound, recompilation, unfused_elementwise
 from workbench.analysis.findings.device import device_idle, launch_bound, low_occupancy, memcpy
 from workbench.analysis.findings.finding import Finding, FindingContext, Thresholds, json_ready
 from workbench.analysis.idle import busy_by_device
 from workbench.analysis.roofline import roofline, run_device_spec
-from workbench.errors import WorkbenchError
 from workbench.hardware.device import DTYPES, DeviceSpec
 from workbench.trace import Trace
 from workbench.trace.schema import PHASE_MEASURE
@@ -81,7 +80,8 @@ def findings_table(findings: list[Finding]) -> pd.DataFrame:
     return pd.DataFrame([{c: getattr(f, c) for c in FINDING_COLUMNS} for f in findings], columns=list(FINDING_COLUMNS))
 
 
-def analyze(trace: Trace, roofline: pd.DataFrame | None = None) -> dict[str, Any]:
+def analyze(trace: Trace, roofline: pd.DataFrame | None = None, *,
+            path: CriticalPath | str | None = None) -> dict[str, Any]:
     """What `workbench analyze --json` prints: `{"findings": [...], "critical_path": {...}, "roofline": [...],
     "idle": {...}, "window"}`.
 
@@ -89,15 +89,16 @@ def analyze(trace: Trace, roofline: pd.DataFrame | None = None) -> dict[str, Any
     (`workbench.analysis.critical_path.finding_path_share`; None elsewhere), and rank by it, then by time_share;
     "critical_path" is that path's `path_summary` (`{"error": ...}` for a step past its bound). Covers the `measure`
     phase of a capture (its steady state, not compilation) and the whole trace of an import; `idle` is per device
-    (`workbench.analysis.idle.idle_summary`), `roofline` the given DataFrame's records ([] without one).
+    (`workbench.analysis.idle.idle_summary`), `roofline` the given DataFrame's records ([] without one). `path` is
+    the trace's `typical_path` when the caller has it already (computed here otherwise).
     """
     window = phase_window(trace, PHASE_MEASURE)
     findings = [f.to_dict() for f in find_bottlenecks(trace, roofline, window=window)]
     busy = busy_by_device(trace, window)
-    try:
-        path = critical_path(trace)
-    except WorkbenchError as exc:  # a step past the path's bound
-        path, summary = None, {"error": str(exc)}
+    if path is None:
+        path = typical_path(trace)
+    if isinstance(path, str):  # no path: a step past its bound, or nothing to chain
+        path, summary = None, {"error": path}
     else:
         summary = path_summary(path)
     for f in findings:
@@ -113,13 +114,14 @@ def analyze(trace: Trace, roofline: pd.DataFrame | None = None) -> dict[str, Any
     }
 
 
-def analyze_run(bundle: Bundle, device: str | None = None) -> dict[str, Any]:
+def analyze_run(bundle: Bundle, device: str | None = None, *,
+                path: CriticalPath | str | None = None) -> dict[str, Any]:
     """`analyze` of a run bundle, with the roofline of its ops and kernels against its device
     (`roofline.run_device_spec`: `device` overrides what the run recorded), its kernels' work from the
     run's Nsight Compute metrics when it has them (`run_roofline`); adds "run" and "device" (the spec's
-    name, None when no device figures are known: then "roofline" is empty)."""
+    name, None when no device figures are known: then "roofline" is empty). `path` as for `analyze`."""
     spec, table = run_roofline(bundle, device)
-    return {"run": bundle.run_id, "device": spec.name if spec else None, **analyze(bundle.trace(), table)}
+    return {"run": bundle.run_id, "device": spec.name if spec else None, **analyze(bundle.trace(), table, path=path)}
 
 
 def run_roofline(bundle: Bundle, device: str | None = None) -> tuple[DeviceSpec | None, pd.DataFrame | None]:
