@@ -160,22 +160,19 @@ def _bf16(module: nn.Module) -> tuple[Callable[..., Any], str]:
     return run, "torch.autocast(bfloat16)"
 
 
-def _torchao(config: str) -> RealKernel:
+def _torchao(function: str) -> RealKernel:
+    """The real kernel of `workbench.backends.quantize.<function>` (torchao's int8 configs) on a copy of the model."""
     def build(module: nn.Module) -> tuple[Callable[..., Any], str]:
         from workbench.backends import quantize
 
-        device = torch.device("cpu")
-        function = {"Int8WeightOnlyConfig": quantize.quantize_int8_weight_only,
-                    "Int8DynamicActivationInt8WeightConfig": quantize.quantize_int8_dynamic}[config]
-        model, how = function(copy.deepcopy(module), device)
-        return model, how
+        return getattr(quantize, function)(copy.deepcopy(module), torch.device("cpu"))
     return build
 
 
 REAL_KERNELS: dict[str, tuple[RealKernel, bool]] = {
     "*.weight=bf16,*.input=bf16": (_bf16, True),
-    "*.weight=int8/channel": (_torchao("Int8WeightOnlyConfig"), False),
-    "*.weight=int8/channel,*.input=int8/token": (_torchao("Int8DynamicActivationInt8WeightConfig"), False),
+    "*.weight=int8/channel": (_torchao("quantize_int8_weight_only"), False),
+    "*.weight=int8/channel,*.input=int8/token": (_torchao("quantize_int8_dynamic"), False),
 }
 """Recipes (canonical text) with a real CPU kernel whose latency can be measured beside the fp32 model, and whether
 that kernel covers convolutions too (autocast does; torchao's int8 configs quantize Linears only, so on a model
