@@ -50,6 +50,10 @@ class Rule:
     def __str__(self) -> str:
         return f"{self.target}={self.spec}"
 
+    def names_operand(self, operand: str) -> bool:
+        """Whether this rule rounds attention operand `operand` (q, k, v, p; `kv` names both k and v)."""
+        return self.target == operand or (self.target == "kv" and operand in ("k", "v"))
+
     def matches(self, name: str, module: nn.Module) -> bool:
         """Whether the layer `module` called `name` is one this rule's pattern names."""
         if self.pattern in LAYER_KINDS:
@@ -74,7 +78,7 @@ class Recipe:
 
     def attention_rule(self, operand: str) -> Rule | None:
         """The rule deciding attention operand `operand` (q, k, v, p), None when it stays as it is."""
-        chosen = [r for r in self.rules if r.target == operand or (r.target == "kv" and operand in ("k", "v"))]
+        chosen = [r for r in self.rules if r.names_operand(operand)]
         return chosen[-1] if chosen else None
 
     def layer(self, name: str, module: nn.Module, tensor: str) -> QuantSpec | None:
@@ -226,5 +230,5 @@ class _QuantizedAttention(TorchFunctionMode):
 
     def _count(self, operand: str) -> None:
         for rule in self.q.recipe.rules:
-            if rule.target == operand or (rule.target == "kv" and operand in ("k", "v")):
+            if rule.names_operand(operand):
                 self.q.reached[str(rule)] = self.q.reached.get(str(rule), 0) + 1
