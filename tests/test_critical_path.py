@@ -114,6 +114,25 @@ def test_graph_launch_reaches_each_replayed_kernel(tmp_path: Path) -> None:
     assert path.what_if({"cudaGraphLaunch": 10}) == 56 * US
 
 
+def test_a_thread_waiting_on_another_hands_the_path_over(tmp_path: Path) -> None:
+    # The main thread (tid 1) runs "fwd" (1..20), idles inside its step while an autograd-like thread (tid 2) runs
+    # "bwd1" (25..40) and "bwd2" (42..65), and resumes with "opt" (70..90). A logging thread (tid 3) runs "log"
+    # (50..52): a burst filling 2 of the 50 idle µs, under HANDOFF_COVER, so no one waits on it.
+    def on(tid: int, name: str, ts: float, dur: float) -> dict[str, Any]:
+        return {**_host(name, ts, dur, cat="cpu_op"), "tid": tid}
+    path = _path(tmp_path, [_step(100), on(1, "fwd", 1, 19), on(2, "bwd1", 25, 15), on(2, "bwd2", 42, 23),
+                            on(3, "log", 50, 2), on(1, "opt", 70, 20)])
+    # step own 1 → fwd 19 → the fork (20 → bwd1's start at 25: 5) → bwd1 15 → tid 2 idle 2 → bwd2 23 → the join
+    # (bwd2's end 65 → opt's start 70: 5, the step waiting) → opt 20 → step own 10: 1+19+5+15+2+23+5+20+10 = 100.
+    assert _segments(path) == [("cpu op", "ProfilerStep#0", 1), ("cpu op", "fwd", 19), ("thread handoff", "bwd1", 5),
+                               ("cpu op", "bwd1", 15), ("untraced", "(untraced host time)", 2),
+                               ("cpu op", "bwd2", 23), ("thread handoff", "ProfilerStep#0", 5),
+                               ("cpu op", "opt", 20), ("cpu op", "ProfilerStep#0", 10)]
+    assert path.length_ns == 100 * US
+    assert path.what_if({"bwd2": 2}) == 100 * US - 23 * US // 2  # the waited-on thread's op is on the path
+    assert path.what_if({"log": 100}) == 100 * US
+
+
 def test_bad_speedups_and_steps_are_refused(tmp_path: Path) -> None:
     path = _path(tmp_path, [_step(10), _host("cudaLaunchKernel", 1, 2, correlation=1), _device("K", 4, 3, 7, 1)])
     for bad in ({"K": 0}, {"K": -1.0}, {"K": float("nan")}, {"nope": 2}, {123456: 2}):

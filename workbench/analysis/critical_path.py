@@ -23,6 +23,10 @@ step has a start and an end node; a virtual source sits at the step's start. Edg
 |              |                                                  | memset call on its own copy, a launch     |
 |              |                                                  | blocked on a full queue (`QUEUE_FULL`) on |
 |              |                                                  | the work that finished as it resumed      |
+| handoff      | an idle thread's last node → the first of a      | "thread handoff": the time the other      |
+|              | burst another thread of its process runs while   | thread took to start, and the idle one to |
+|              | it idles (filling at least half the idle time),  | resume; with no wake-up records this is   |
+|              | and the burst's last node → where it resumes     | how a wait on another thread shows        |
 
 Streams of syncs and events come from the sync records beside the call (Kineto's `cuda_sync` device events with
 `stream`, `wait_on_stream` and `wait_on_cuda_event_record_corr_id`; nsys's synchronization records with `streamId`),

@@ -23,9 +23,10 @@ from workbench.errors import WorkbenchError
 from workbench.trace import Trace
 from workbench.trace.schema import DEVICE_KINDS
 
-SEGMENT_KINDS = ("cpu op", "untraced", "launch latency", "kernel", "memcpy", "memset", "wait")
+SEGMENT_KINDS = ("cpu op", "untraced", "launch latency", "kernel", "memcpy", "memset", "wait", "thread handoff")
 """Kinds of the path's segments: a host event's own time, host time in no traced event, the time from a launch
-(or from the stream's previous work) to a device event's start, device work, and waits on other work."""
+(or from the stream's previous work) to a device event's start, device work, waits on other work, and the time a
+thread took to start work another thread handed it or to resume when that work was done."""
 
 SEGMENT_COLUMNS = ("kind", "name", "row", "start_ns", "dur_ns", "share")
 """Columns of `CriticalPath.segments`: `row` is the event's row in the trace's events (-1 for untraced time)."""
@@ -34,6 +35,8 @@ BY_NAME_COLUMNS = ("kind", "name", "segments", "path_ns", "share", "device_ns", 
 """Columns of `CriticalPath.by_name`."""
 
 
+HANDOFF_COVER = 0.5
+"""Least share of a thread's idle time another thread's burst must fill to count as the work it waited on."""
 MAX_STEP_EVENTS = 500_000
 """Most events a step may have for its critical path (the graph walk is Python-paced: about 1 s per 100k events)."""
 _CHAIN, _SPAN, _STREAM, _LAUNCH, _WAIT, _ORIGIN, _SINK = range(7)  # edge classes; lower wins a tie for binding
@@ -109,6 +112,7 @@ class StepGraph:
         order = host[np.lexsort((self.rows[host], -(self.end[host] - self.start[host]), self.start[host],
                                  self.track[host]))]
         virtual_sink = self.sink == len(self.ts) - 1
+        chains: list[tuple[int, np.ndarray, np.ndarray]] = []  # (pid, nodes, whether an event is open after each)
         for _, members in pd.Series(order).groupby(self.track[order], sort=False):
             chain: list[tuple[int, int]] = []  # (node, event open after it)
             stack: list[int] = []
@@ -125,11 +129,45 @@ class StepGraph:
                 chain.append((2 + 2 * done, stack[-1] if stack else -1))
             nodes = np.array([c[0] for c in chain])
             self.ts[nodes] = np.maximum.accumulate(self.ts[nodes])
+            chains.append((int(self.pid[members.iloc[0]]), nodes, np.array([c[1] >= 0 for c in chain])))
             self.edges.append((0, chain[0][0], _ORIGIN, -1, _KIND["untraced"]))
             for (a, open_k), (b, _) in pairwise(chain):
                 self.edges.append((a, b, _CHAIN, open_k, _KIND["cpu op"] if open_k >= 0 else _KIND["untraced"]))
             if virtual_sink:
                 self._to_sink(nodes)
+        self._handoffs(chains)
+
+    def _handoffs(self, chains: list[tuple[int, np.ndarray, np.ndarray]]) -> None:
+        """Fork and join edges between threads of one process. Where a thread idles (between two of its nodes) while
+        another thread of its process runs a burst that starts after it went idle, ends before it resumes, fills at
+        least `HANDOFF_COVER` of the idle time and has nothing open at either end: the idle thread's last node → the
+        burst's first (the fork) and the burst's last node → the node the idle thread resumes at (the join). With
+        no wake-up records this is what one thread waiting on another looks like: the main thread inside
+        `backward()` while autograd's device thread runs the backward ops."""
+        for pid, nodes, _ in chains:
+            gap_a, gap_b = nodes[:-1], nodes[1:]
+            idle = self.ts[gap_b] - self.ts[gap_a]
+            for other_pid, other, busy_after in chains:
+                if other_pid != pid or other is nodes or len(other) < 2:
+                    continue
+                times = self.ts[other]
+                first = np.searchsorted(times, self.ts[gap_a], side="right")
+                last = np.searchsorted(times, self.ts[gap_b], side="right") - 1
+                ok = (first < last) & (last < len(other))
+                first, last = np.minimum(first, len(other) - 1), np.maximum(last, 0)
+                ok &= times[last] - times[first] >= HANDOFF_COVER * idle
+                ok &= ~busy_after[last] & ((first == 0) | ~busy_after[np.maximum(first - 1, 0)])
+                for g in np.flatnonzero(ok).tolist():
+                    waiting = self._open_event(int(gap_a[g]))
+                    self._edge(int(gap_a[g]), int(other[first[g]]), _WAIT, (int(other[first[g]]) - 1) // 2,
+                               _KIND["thread handoff"])
+                    self._edge(int(other[last[g]]), int(gap_b[g]), _WAIT, waiting, _KIND["thread handoff"])
+
+    def _open_event(self, node: int) -> int:
+        """The host event a thread is in right after `node` (the event itself at its start, its parent at its end;
+        -1 for none)."""
+        k = (node - 1) // 2
+        return k if node % 2 == 1 else int(self.host_parent[k])
 
     def _to_sink(self, nodes: np.ndarray) -> None:
         """An edge from a track's last node at or before the step's end to the virtual sink."""
@@ -369,7 +407,7 @@ class StepGraph:
 
 
 _UNNAMED = {"untraced": "(untraced host time)", "wait": "(work before the step)", "cpu op": "", "kernel": "",
-            "memcpy": "", "memset": "", "launch latency": ""}
+            "memcpy": "", "memset": "", "launch latency": "", "thread handoff": "(resuming after another thread)"}
 
 
 def _sync_record(lower_names: np.ndarray, corr: np.ndarray) -> np.ndarray:
