@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import fixture_path, load_raw, write_trace
-from workbench.analysis.critical_path import critical_path, path_summary, step_spans
+from workbench.analysis.critical_path import critical_path, finding_path_share, path_summary, step_spans
 from workbench.errors import WorkbenchError
 from workbench.trace.registry import read_trace
 
@@ -66,6 +66,13 @@ def test_event_wait_across_streams(tmp_path: Path) -> None:
     assert path.what_if({"A": 2}) == 80 * US
     # C is off the path: no speed-up of it shortens the step.
     assert path.what_if({"C": 2}) == path.what_if({"C": 100}) == 100 * US
+    # A finding that names its kernels covers their time on the path: A's 40 of 100; C's none.
+    for names, share in ((["A"], 0.4), (["C"], 0.0), (["A", "C"], 0.4)):
+        finding = {"kind": "memory_bound", "device": "cuda:0", "evidence": {"top": [{"name": n} for n in names]}}
+        assert finding_path_share(finding, path) == pytest.approx(share)
+    chain = {"kind": "unfused_elementwise", "device": "cuda:0", "evidence": {"top_patterns": [{"ops": "C → A"}]}}
+    assert finding_path_share(chain, path) == pytest.approx(0.4)
+    assert finding_path_share({**chain, "device": "cuda:1"}, path) == 0.0
 
 
 def test_sync_serializes_host_and_device(tmp_path: Path) -> None:

@@ -175,17 +175,29 @@ def path_summary(path: CriticalPath, top: int = 10, speedup: float = 2.0) -> dic
             "what_if": hints}
 
 
+_NAMED_KINDS = {"memory_bound": ("top", "name"), "low_occupancy": ("top", "name"),
+                "unfused_elementwise": ("top_patterns", "ops")}
+"""Finding kinds whose evidence names the ops or kernels they concern: (evidence list, its name field)."""
+
+
 def finding_path_share(finding: Mapping[str, Any], path: CriticalPath) -> float | None:
     """The share of the path a finding (a `Finding.to_dict()`) covers, for the kinds whose events map onto path
-    segments: `memcpy` (the device's copies on the path), `launch_bound` (launch latency into the device) and
-    `device_idle` (launch latency into the device, host time and waits, while the path reaches the device at all);
-    None for other kinds."""
+    segments: `memcpy` (the device's copies on the path), `launch_bound` (launch latency into the device),
+    `device_idle` (launch latency into the device, host time and waits, while the path reaches the device at all),
+    and the kinds that name their ops or kernels (`_NAMED_KINDS`: the path's time in the names their evidence lists,
+    a lower bound where the list is a top few); None for other kinds."""
     kind, device = finding.get("kind"), finding.get("device")
     seg = path.segments
-    if kind not in ("memcpy", "launch_bound", "device_idle") or seg.empty:
+    if kind not in ("memcpy", "launch_bound", "device_idle", *_NAMED_KINDS) or seg.empty:
         return None
     on = path.graph.segment_devices(seg) == str(device)
-    if kind == "memcpy":
+    if kind in _NAMED_KINDS:
+        field_name, key = _NAMED_KINDS[kind]
+        names = {name for item in finding.get("evidence", {}).get(field_name, [])
+                 for name in str(item.get(key, "")).split(" → ")}
+        mine = seg["kind"].isin(("cpu op", "kernel", "memcpy", "memset")).to_numpy() & seg["name"].isin(names)
+        mine &= on if device else True
+    elif kind == "memcpy":
         mine = seg["kind"].eq("memcpy").to_numpy() & on
     elif kind == "launch_bound":
         mine = seg["kind"].eq("launch latency").to_numpy() & on
@@ -194,4 +206,4 @@ def finding_path_share(finding: Mapping[str, Any], path: CriticalPath) -> float 
     else:
         host = seg["kind"].isin(("cpu op", "untraced", "wait")).to_numpy()
         mine = (seg["kind"].eq("launch latency").to_numpy() & on) | host
-    return float(seg["dur_ns"].to_numpy()[mine].sum() / max(path.length_ns, 1))
+    return float(seg["dur_ns"].to_numpy()[np.asarray(mine)].sum() / max(path.length_ns, 1))
