@@ -67,3 +67,33 @@ def test_a_malformed_record_names_where_it_came_from():
         read_graph_record('{"nodes": {}}', "run 'x'")
     with pytest.raises(WorkbenchError, match="not JSON"):
         read_graph_record("{", "run 'x'")
+
+
+def test_fusion_map_names_the_nodes_a_fused_node_replaced(tmp_path):
+    # x @ w, then * 0.5, then relu: ORT's MatMulScaleFusion makes one FusedMatMul of "mm" and "scale" (reading
+    # their inputs x, w and writing "scale"'s output z); "relu" stays as it was.
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from workbench.backends.onnxruntime.graph import graph_record
+
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+             helper.make_node("Mul", ["y", "s"], ["z"], name="scale"),
+             helper.make_node("Relu", ["z"], ["out"], name="relu")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 4])],
+                              [numpy_helper.from_array(np.ones((4, 4), np.float32), "w"),
+                               numpy_helper.from_array(np.array(0.5, np.float32), "s")])
+    given, optimized = tmp_path / "given.onnx", tmp_path / "optimized.onnx"
+    given.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(optimized)
+    options.log_severity_level = 3
+    ort.InferenceSession(str(given), options, providers=["CPUExecutionProvider"])
+    fused = [n for n in onnx.load(str(optimized)).graph.node if n.op_type == "FusedMatMul"]
+    assert len(fused) == 1
+    record = graph_record(given, optimized, "all", "test")
+    assert record["fused_nodes"] == {fused[0].name: ["mm", "scale"]}
+    assert record["node_types"] == {"mm": "MatMul", "scale": "Mul", "relu": "Relu", fused[0].name: "FusedMatMul"}

@@ -152,3 +152,31 @@ def test_xla_fusion_against_no_fusion(jax_runs: dict[str, Bundle]) -> None:
     assert groups["a_ns"].sum() == pytest.approx(_kernel_total(jax_runs["jax-nofusion"]) / 2)
     assert groups["b_ns"].sum() == pytest.approx(_kernel_total(jax_runs["jax-jit"]) / 2)
     assert (groups["a_n"] >= groups["b_n"]).sum() > len(groups) / 2  # fusion folds several kernels into one
+
+
+@pytest.fixture(scope="module")
+def ort_run(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
+    pytest.importorskip("onnxruntime")
+    return _capture(tmp_path_factory.mktemp("ort"), ("ort",))["ort"]
+
+
+@pytest.mark.slow
+def test_ort_fused_nodes_name_the_onnx_nodes_they_replaced(ort_run: Bundle) -> None:
+    table = provenance(ort_run)
+    record = json.loads((ort_run.local_files() / "compile" / "ort_graph.json").read_text())
+    types = record["node_types"]
+    fused = table[table["how"] == "ort graph"]
+    assert len(fused) >= 2 and (fused["n_source_ops"] >= 2).all(), table
+    assert (table.loc[table["how"] == "ort node", "n_source_ops"] == 1).all()
+    # What ORT's fusions are documented to replace: a FusedMatMul (MatMulScaleFusion) is a MatMul and the Mul of
+    # its scale; a SkipLayerNormalization a residual Add and a LayerNormalization.
+    expected = {"FusedMatMul": {"MatMul", "Mul"}, "SkipLayerNormalization": {"Add", "LayerNormalization"}}
+    seen = set()
+    for row in fused.itertuples():
+        assert row.kernel not in row.source_ops
+        assert all(types[op] == t for op, t in zip(row.source_ops, row.op_types, strict=True))
+        if types[row.kernel] in expected:
+            seen.add(types[row.kernel])
+            assert expected[types[row.kernel]] <= set(row.op_types), row
+    assert seen == set(expected)
+    assert by_source_op(ort_run)["time_ns"].sum() == _kernel_total(ort_run)

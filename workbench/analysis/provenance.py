@@ -25,8 +25,10 @@ compiled one. Where each run's kernels come from (`source_kind`, and `how` the s
   (`add @ _layer_norm:101 ← apply:164`), as one JAX op at two call sites is two source ops. `how`: `hlo metadata`.
 - `trt` (TensorRT layers, the trace's `layer` events): the ONNX nodes the engine inspector lists for each
   layer (`workbench.analysis.trt_fusion`). `how`: `trt layer`.
-- `ort` (ONNX Runtime's profiled nodes): the node itself; ORT records no map from a fused node back to the
-  nodes it replaced. `how`: `ort node`.
+- `ort` (ONNX Runtime's profiled nodes): ORT records no map from a fused node back to the nodes it replaced, so
+  the run's graph record (`compile/ort_graph.json`) holds one worked out from the given and optimized graphs
+  (`workbench.backends.onnxruntime.graph.fusion_map`): a new node's source ops are the given ONNX nodes it
+  replaced, `how`: `ort graph`; a node ORT kept is its own source op, `how`: `ort node`.
 
 Time is attributed by one stated rule: a kernel's time is split evenly over its source ops, in integer
 nanoseconds, the remainder going one ns each to its first source ops. So the per-source-op totals of
@@ -45,12 +47,14 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from workbench.analysis.fusion import OPTIMIZED_HLO, kernel_units
+from workbench.analysis.ort_fusion import GRAPH_RECORD, read_graph_record
 from workbench.analysis.provenance_inductor import (
     GRAPH_PREFIX,
     INDUCTOR_GRAPHS,
@@ -121,12 +125,27 @@ def run_units(bundle: Bundle) -> list[Unit]:
                                  "op metadata from")
         return _xla_units(units, hlo.read_text(encoding="utf-8"))
     if record.variant_backend == "onnxruntime":
-        return [Unit(str(u.name), int(u.step), int(u.dur_ns), (str(u.name),), (str(u.name),), "ort", "ort node")
-                for u in units.itertuples()]
+        return _ort_units(units, compile_dir)
     graphs_file = compile_dir / INDUCTOR_GRAPHS
     graphs = read_inductor_graphs(graphs_file.read_text(encoding="utf-8"), str(graphs_file)) \
         if graphs_file.is_file() else []
     return _torch_units(events, units, graphs)
+
+
+def _ort_units(units: pd.DataFrame, compile_dir: Path) -> list[Unit]:
+    """ORT's profiled nodes with the given nodes each replaced (the graph record's `fused_nodes`; a kept node is
+    its own source op), typed by the record's `node_types` (the name itself where the record has none)."""
+    record_file = compile_dir / GRAPH_RECORD
+    record = read_graph_record(record_file.read_text(encoding="utf-8"), str(record_file)) \
+        if record_file.is_file() else {}
+    fused, types = record.get("fused_nodes", {}), record.get("node_types", {})
+    out = []
+    for u in units.itertuples():
+        name = str(u.name)
+        sources = tuple(fused.get(name) or (name,))
+        out.append(Unit(name, int(u.step), int(u.dur_ns), sources, tuple(types.get(s, s) for s in sources), "ort",
+                        "ort graph" if name in fused else "ort node"))
+    return out
 
 
 def by_source_op(run: Bundle | pd.DataFrame, steps: int | None = None) -> pd.DataFrame:

@@ -5,8 +5,9 @@
 shapes for the module's lifetime, so the variants of one experiment (and their profiled copies) export once.
 
 `graph_record`: node counts per (domain, op type) of the graph the session was given and of the optimized
-graph ORT saved (`SessionOptions.optimized_model_filepath`), the record `workbench.analysis.ort_fusion` reads;
-`counts_text` the same as the compile-stage text `ort_optimized.onnx.txt`.
+graph ORT saved (`SessionOptions.optimized_model_filepath`), and which given nodes each new node of the optimized
+graph replaced (`fused_nodes`, see `fusion_map`): the record `workbench.analysis.ort_fusion` and
+`workbench.analysis.provenance` read; `counts_text` the same as the compile-stage text `ort_optimized.onnx.txt`.
 """
 
 from __future__ import annotations
@@ -86,16 +87,59 @@ def _counts(path: Path) -> Counter[tuple[str, str]]:
     return Counter((node.domain or "ai.onnx", node.op_type) for node in model.graph.node)
 
 
+def fusion_map(given: Path, optimized: Path) -> dict[str, list[str]]:
+    """Per node of the optimized graph that the given graph lacks (by name and op type), the given nodes it
+    replaced: those on the given graph's paths from the new node's input tensors to its output tensors that the
+    optimized graph no longer has. ORT's fusions keep the replaced subgraph's boundary tensors (a FusedMatMul reads
+    the MatMul's inputs and writes what the scaling Mul wrote), so the walk back from its outputs, stopping at its
+    inputs, finds exactly the nodes it computes; a node with no such path (a layout node ORT inserted) is left out."""
+    import onnx
+
+    before = onnx.load(str(given), load_external_data=False).graph.node
+    after = onnx.load(str(optimized), load_external_data=False).graph.node
+    given_nodes = {n.name: n for n in before}
+    kept = {n.name for n in after}
+    producer = {tensor: n.name for n in before for tensor in n.output}
+    fused: dict[str, list[str]] = {}
+    for node in after:
+        same = given_nodes.get(node.name)
+        if same is not None and same.op_type == node.op_type:
+            continue
+        stop, seen = set(node.input), set()
+        todo = [producer[t] for t in node.output if t in producer]
+        while todo:
+            name = todo.pop()
+            if name in seen or name in kept:
+                continue
+            seen.add(name)
+            todo.extend(producer[t] for t in given_nodes[name].input if t not in stop and t in producer)
+        if seen:
+            fused[node.name] = [n.name for n in before if n.name in seen]  # in the given graph's order
+    return fused
+
+
 def graph_record(given: Path, optimized: Path | None, optimization: str, given_as: str) -> dict[str, Any]:
     """Node counts of the graph given to the session (`given_as` says what it is: the export, a quantized or
-    fp16 copy) and of ORT's optimized graph (None when ORT could not save it, e.g. compiled TensorRT nodes)."""
+    fp16 copy) and of ORT's optimized graph (None when ORT could not save it, e.g. compiled TensorRT nodes), and
+    the optimized graph's new nodes with the given nodes they replaced (`fused_nodes`, `fusion_map`) and every
+named node's op type in either graph (`node_types`)."""
     before = _counts(given)
-    after = _counts(optimized) if optimized is not None and optimized.is_file() else None
+    saved = optimized is not None and optimized.is_file()
+    after = _counts(optimized) if saved else None
     ops = [{"domain": domain, "op_type": op, "original": before.get((domain, op), 0),
             "optimized": None if after is None else after.get((domain, op), 0)}
            for domain, op in sorted(before | (after or Counter()))]
     return {"optimization": optimization, "graph": given_as, "ops": ops,
-            "nodes": {"original": sum(before.values()), "optimized": None if after is None else sum(after.values())}}
+            "nodes": {"original": sum(before.values()), "optimized": None if after is None else sum(after.values())},
+            "fused_nodes": fusion_map(given, optimized) if saved else {},
+            "node_types": _node_types(given) | (_node_types(optimized) if saved else {})}
+
+
+def _node_types(path: Path) -> dict[str, str]:
+    """Each named node's op type."""
+    import onnx
+
+    return {n.name: n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node if n.name}
 
 
 def counts_text(record: dict[str, Any]) -> str:
