@@ -124,10 +124,23 @@ def served(root: Path) -> dict[str, Any]:
             "spans": await client.call("spans", run=resnet, start_ns=0, end_ns=WINDOW_NS, max_spans=2000),
             "refused": await client.text("sql", query=REFUSED_SQL, runs=[resnet]),
             "missing": await client.text("run_summary", run="no-such-run"),
+            "run_files": await client.call("run_files", run=resnet),
+            "file_resource": (await session.read_resource(f"workbench://runs/{resnet}/files/run.json")).contents[0].text,
+            "outside": [await _resource_error(session, f"workbench://runs/{resnet}/files/{name}")
+                        for name in ("nope.json", "..", "..%2F..%2Fetc%2Fpasswd")],
             "pages": client.pages,
         }
 
     return {"runs": runs, **session_run(root, script)}
+
+
+async def _resource_error(session: ClientSession, uri: str) -> str:
+    """The one-line error reading `uri` gives (fails the test if it reads)."""
+    try:
+        await session.read_resource(uri)
+    except Exception as exc:  # the SDK raises its McpError
+        return str(exc)
+    raise AssertionError(f"{uri} was read")
 
 
 def test_tools_listed_without_capture(served: dict[str, Any]) -> None:
@@ -210,3 +223,43 @@ def test_prompt_and_resource(served: dict[str, Any]) -> None:
     resnet = served["runs"][0]
     assert resnet in served["prompt"] and "findings" in served["prompt"]
     assert json.loads(served["record"])["trace"]
+
+
+def test_run_files_and_their_resources(root: Path, served: dict[str, Any]) -> None:
+    resnet = served["runs"][0]
+    folder = open_bundle(resnet, root).local_files()
+    listed = {f["name"]: f for f in served["run_files"]["files"]}
+    assert "run.json" in listed and listed["run.json"]["bytes"] == (folder / "run.json").stat().st_size
+    assert all(not n.endswith(".parquet") for n in listed)
+    assert served["file_resource"] == (folder / "run.json").read_text(encoding="utf-8")
+    missing, *outside = served["outside"]
+    assert "has no file 'nope.json'" in missing and all("Unknown resource" in text for text in outside), outside
+    assert all(str(root) not in text for text in served["outside"])
+
+
+def test_capture_and_import_tools(tmp_path: Path) -> None:
+    """With --allow-capture: import a real trace and capture a built-in model; a model outside the policy and an
+    unknown option are refused in one line, and nothing is written for them."""
+    async def script(client: Client, session: ClientSession) -> dict[str, Any]:
+        return {
+            "imported": await client.call("import_trace", paths=[str(fixture_path("kineto", "diff_control.json.gz"))]),
+            "captured": await client.call("capture", options={"model": "mlp", "variants": ["eager"], "batch": 2,
+                                                              "iterations": 2, "warmup": 1, "device": "cpu"}),
+            "foreign": await client.text("capture", options={"model": "os:system"}),
+            "unknown": await client.text("capture", options={"model": "mlp", "colour": "red"}),
+            "runs": await client.call("list_runs"),
+        }
+
+    got = session_run(tmp_path, script, "--allow-capture")
+    (imported,) = got["imported"]["runs"]
+    captured = got["captured"]
+    assert captured["exit_code"] == 0
+    listed = {row["run"]: row for row in cli_json(tmp_path, "ls")}
+    assert set(listed) == {imported, *(run["run_id"] for run in captured["result"]["runs"])}
+    assert listed[imported]["name"] == "diff_control"
+    assert [row["model"] for row in listed.values() if row["run"] != imported] == ["mlp"]
+    for failed, text in (got["foreign"], got["unknown"]):
+        assert failed and "\n" not in text.strip()
+    assert "built-in" in got["foreign"][1] or "allowed" in got["foreign"][1], got["foreign"][1]
+    assert "colour" in got["unknown"][1]
+    assert {row["run"] for row in got["runs"]["runs"]} == set(listed)  # the server lists what it wrote

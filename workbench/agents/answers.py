@@ -136,6 +136,30 @@ def compare(root: Path, runs: list[str], baseline: str | None = None, top: int =
     return trace_comparison(resolve_runs(runs, root), baseline).to_json(_top(top)), None
 
 
+TEXT_SUFFIXES = (".json", ".txt", ".md", ".yaml", ".yml", ".csv", ".log", ".hlo")
+"""Suffixes of the files `run_files` lists."""
+
+
+def run_files(root: Path, run: str) -> Answer:
+    """A run's small text files (its folder's and its compile/ folder's, at most `MAX_FILE_BYTES` each) with
+    their sizes and resource URIs: what the `workbench://runs/{run}/...` resources read."""
+    from workbench.trace.store.bundle import open_bundle
+
+    folder = open_bundle(run, root).local_files()
+    files = []
+    for sub in ("", "compile"):
+        here = folder / sub
+        if not here.is_dir():
+            continue
+        for path in sorted(here.iterdir()):
+            if path.is_file() and not path.is_symlink() and path.suffix in TEXT_SUFFIXES \
+                    and path.stat().st_size <= MAX_FILE_BYTES:
+                name = f"{sub}/{path.name}" if sub else path.name
+                uri = f"workbench://runs/{run}/{'compile' if sub else 'files'}/{path.name}"
+                files.append({"name": name, "bytes": path.stat().st_size, "uri": uri})
+    return {"run": run, "files": files}, "files"
+
+
 def run_file(root: Path, run: str, name: str) -> str:
     """The text of one of a bundle's small files (`run.json`, and the like), for resources."""
     from workbench.trace.store.bundle import open_bundle

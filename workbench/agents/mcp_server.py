@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 
 from workbench.agents import answers
 from workbench.agents.paging import MAX_CHARS, page
@@ -25,7 +25,8 @@ from workbench.errors import WorkbenchError
 
 CAPTURE_TIMEOUT_S = 3_600.0
 """Longest a capture tool call may run before its process is stopped."""
-READ_ONLY_TOOLS = ("list_runs", "run_summary", "top_ops", "findings", "critical_path", "spans", "sql", "compare")
+READ_ONLY_TOOLS = ("list_runs", "run_summary", "top_ops", "findings", "critical_path", "spans", "sql", "compare",
+                   "run_files")
 CAPTURE_TOOLS = ("capture", "import_trace")
 """The tools that write to the traces root, present only with `allow_capture`."""
 INSTRUCTIONS = (
@@ -46,6 +47,14 @@ def _answer(make: Callable[[], answers.Answer], offset: int) -> str:
         return page(reply, key, offset)
     except (WorkbenchError, ValueError, KeyError, OSError) as exc:
         raise ToolError(_one_line(exc)) from exc
+
+
+def _file(root: Path, run: str, name: str) -> str:
+    """A resource's text; a failure is one line, sent to the client (a plain exception's text is withheld)."""
+    try:
+        return answers.run_file(root, run, name)
+    except (WorkbenchError, UnicodeDecodeError) as exc:
+        raise ResourceNotFoundError(_one_line(exc)) from exc
 
 
 def build_server(root: Path, *, allow_capture: bool = False) -> MCPServer:
@@ -103,10 +112,25 @@ def build_server(root: Path, *, allow_capture: bool = False) -> MCPServer:
     @server.resource("workbench://runs/{run}/run.json", mime_type="application/json",
                      description="A run's record: model, variant, device, benchmark, trace reader facts.")
     def run_record(run: str) -> str:
-        try:
-            return answers.run_file(root, run, "run.json")
-        except WorkbenchError as exc:
-            raise ValueError(_one_line(exc)) from exc
+        return _file(root, run, "run.json")
+
+    @server.tool(description="A run's small text files (its record, summaries, compile-stage notes such as "
+                             "optimized HLO or graph records), each with its size and the resource URI that reads "
+                             "it; its tables are for the sql tool." + bound, structured_output=False)
+    def run_files(run: str, offset: int = 0) -> str:
+        return _answer(lambda: answers.run_files(root, run), offset)
+
+    @server.resource("workbench://runs/{run}/files/{name}", mime_type="text/plain",
+                     description=f"One of a run's small text files (at most {answers.MAX_FILE_BYTES >> 10} KiB) "
+                                 f"by name, as run_files lists them.")
+    def run_small_file(run: str, name: str) -> str:
+        return _file(root, run, name)
+
+    @server.resource("workbench://runs/{run}/compile/{name}", mime_type="text/plain",
+                     description="One of a run's compile-stage text files (optimized HLO, inductor and ORT graph "
+                                 "records), as run_files lists them.")
+    def run_compile_file(run: str, name: str) -> str:
+        return _file(root, run, f"compile/{name}")
 
     @server.prompt(description="Walk through why a run is slow, tool by tool.")
     def why_is_this_run_slow(run: str) -> str:
