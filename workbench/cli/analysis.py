@@ -82,7 +82,8 @@ def _print_path(path: dict[str, Any] | None) -> None:
     if "error" in path:
         out.print(f"critical path: {path['error']}")
         return
-    kinds = ", ".join(f"{kind} {ns / max(path['length_ns'], 1):.0%}" for kind, ns in path["by_kind"].items())
+    kinds = ", ".join(f"{kind} {format_duration(ns)} ({ns / max(path['length_ns'], 1):.1%})"
+                      for kind, ns in path["by_kind"].items())
     out.print(Text.assemble(("critical path", "bold"), f"  step {path['step']}: {format_duration(path['length_ns'])} "
                             f"(step span {format_duration(path['step_ns'])}); {kinds}"))
     print_table(TextTable("on the critical path, largest share first", PATH_COLUMNS, tuple(

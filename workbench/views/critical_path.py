@@ -10,11 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from bokeh.layouts import column, row
-from bokeh.models import ColumnDataSource, DataRange1d, Div, HoverTool, LayoutDOM, Range1d
+from bokeh.models import ColumnDataSource, DataRange1d, Div, HoverTool, LayoutDOM, NumeralTickFormatter, Range1d
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from workbench.analysis.critical_path import SEGMENT_KINDS, CriticalPath, path_summary
+from workbench.views._style import time_ticks
 from workbench.views._table import data_table, rows_note
 from workbench.views.findings import _add_ranges
 from workbench.views.text_tables import format_duration
@@ -78,10 +79,11 @@ def _strip(path: CriticalPath, width: int, x_range: Range1d | None) -> LayoutDOM
     extent = Range1d(path.start_ns, path.start_ns + max(path.step_ns, 1))
     fig = figure(width=width, height=90, x_range=x_range if x_range is not None else extent, y_range=(0, 1),
                  tools="xpan,xwheel_zoom,reset", toolbar_location="right", name=PATH_STRIP,
-                 title="critical path (ns on the timeline's axis)")
+                 title="critical path (on the timeline's axis)")
     bars = fig.quad(left="left", right="right", bottom=0.1, top=0.9, color="color", source=source,
                     line_color=None)
     fig.add_tools(HoverTool(renderers=[bars], tooltips=[("kind", "@kind"), ("name", "@name"), ("time", "@dur")]))
+    fig.xaxis.formatter = time_ticks()
     fig.yaxis.visible = False
     fig.ygrid.visible = False
     return fig
@@ -94,6 +96,11 @@ def _by_kind(path: CriticalPath, width: int) -> LayoutDOM:
     shares = pd.Series({k: totals[k] / max(path.length_ns, 1) for k in kinds}, dtype=np.float64)
     fig = figure(width=width, height=240, y_range=list(reversed(kinds)), x_range=DataRange1d(start=0, end=1),
                  toolbar_location=None, title="share of the path by kind")  # a share, not the timeline's time
-    fig.hbar(y=kinds, right=shares.to_numpy(), height=0.7, color=[KIND_COLORS[k] for k in kinds])
+    source = ColumnDataSource({"kind": kinds, "share": shares.to_numpy(), "color": [KIND_COLORS[k] for k in kinds],
+                               "time": [format_duration(int(totals[k])) for k in kinds]})
+    bars = fig.hbar(y="kind", right="share", height=0.7, color="color", source=source)
+    fig.add_tools(HoverTool(renderers=[bars], tooltips=[("kind", "@kind"), ("on the path", "@time"),
+                                                        ("share", "@share{0.0%}")]))
     fig.xaxis.axis_label = "share of the path"
+    fig.xaxis.formatter = NumeralTickFormatter(format="0%")
     return fig
