@@ -24,7 +24,8 @@ from workbench.codesign.description import (
     resolve_description,
 )
 from workbench.codesign.graph import graph_from_model, graph_from_trace, graph_row
-from workbench.codesign.projection import project, sweep, totals
+from workbench.codesign.projection import project, totals
+from workbench.codesign.sensitivity import sweep
 from workbench.trace import Trace, schema
 
 NPU = """

@@ -48,6 +48,9 @@ from workbench.hardware.units import UnitError, parse_quantity
 OP_KINDS = ("matmul", "conv", "attention", "elementwise", "softmax", "norm", "copy", "other")
 """Operator kinds of a projected graph (`workbench.codesign.graph`); `native_ops` names some of them."""
 
+TARGET_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8")
+"""Dtypes a graph may be projected at (`graph.at_dtype`; int8: weights and activations quantized)."""
+
 DETAILED_KEYS = frozenset({"matrix_units", "vector_units", "memory_levels", "off_chip", "host_link", "native_ops",
                            "host_fallback_cost", "op_overhead", "fusion"})
 """Keys that mark the detailed form (a file with none of them is read as the short form)."""
@@ -133,27 +136,57 @@ class Description:
 
     def scaled(self, **factors: float) -> Description:
         """A copy with figures multiplied, for sensitivity sweeps: `bandwidth` (off-chip), `on_chip` (every
-        level's size), `rate` (every matrix and vector rate), `link` (host link bandwidth)."""
+        level's size), `rate` (every matrix and vector rate), `rate.<dtype>` (that dtype's matrix and vector
+        rates), `link` (host link bandwidth). Pass `rate.<dtype>` as `**{"rate.bf16": 2.0}`."""
         from dataclasses import replace
 
-        unknown = sorted(set(factors) - set(SWEEPS))
+        unknown = sorted(name for name in factors if name not in FACTOR_SWEEPS and not is_dtype_rate(name))
         if unknown:
             raise AcceleratorSpecError(self.name, unknown[0], f"unknown sweep (valid: {', '.join(SWEEPS)})")
         bw, size, rate = factors.get("bandwidth", 1.0), factors.get("on_chip", 1.0), factors.get("rate", 1.0)
+
+        def rates(table: Mapping[str, float]) -> dict[str, float]:
+            return {d: r * rate * factors.get(f"rate.{d}", 1.0) for d, r in table.items()}
+
         return replace(
             self,
             off_chip=replace(self.off_chip, bandwidth=(self.off_chip.bandwidth or 0.0) * bw),
             memory_levels=tuple(replace(level, size=level.size * size if level.size else level.size)
                                 for level in self.memory_levels),
-            matrix=replace(self.matrix, rates={d: r * rate for d, r in self.matrix.rates.items()}),
-            vector_rates={d: r * rate for d, r in self.vector_rates.items()},
+            matrix=replace(self.matrix, rates=rates(self.matrix.rates)),
+            vector_rates=rates(self.vector_rates),
             host_link_bandwidth=(self.host_link_bandwidth * factors.get("link", 1.0)
                                  if self.host_link_bandwidth else self.host_link_bandwidth),
         )
 
+    def with_array(self, rows: int, cols: int) -> Description:
+        """A copy whose arrays are `rows` x `cols`, each processing element as it was (the same MACs per cycle
+        in every dtype at the same clock), so the matrix rates scale with the array's area: 64x64 on a
+        128x128 chip has a quarter of its peak and pads less."""
+        from dataclasses import replace
 
-SWEEPS = ("bandwidth", "on_chip", "rate", "link")
-"""Figures a sensitivity sweep may scale (`Description.scaled`)."""
+        if not self.tiled:
+            raise AcceleratorSpecError(self.name, "matrix_units.array", "an array sweep needs a description with "
+                                       "an array shape and a clock (matrix_units.array, clock)")
+        if rows < 1 or cols < 1:
+            raise AcceleratorSpecError(self.name, "matrix_units.array", f"each dimension must be >= 1, got "
+                                       f"{rows}x{cols}")
+        assert self.matrix.rows is not None and self.matrix.cols is not None
+        area = rows * cols / (self.matrix.rows * self.matrix.cols)
+        return replace(self, matrix=replace(self.matrix, rows=rows, cols=cols,
+                                            rates={d: r * area for d, r in self.matrix.rates.items()}))
+
+
+FACTOR_SWEEPS = ("bandwidth", "on_chip", "rate", "link")
+"""Figures a sensitivity sweep scales by a factor (`Description.scaled`); besides them, `rate.<dtype>`."""
+SWEEPS = (*FACTOR_SWEEPS, "rate.<dtype>", "array")
+"""Every sweep knob: the factors, one dtype's rate (`rate.bf16`) and the array shape (`Description.with_array`)."""
+
+
+def is_dtype_rate(name: str) -> bool:
+    """Whether `name` is a sweep of one dtype's rate ("rate.bf16")."""
+    return name.startswith("rate.") and name.removeprefix("rate.") in DTYPES
+
 
 _WIDTH_ORDER = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
 

@@ -39,6 +39,7 @@ from workbench.analysis.op_cost import (
     compute_dtype,
     op_cost,
 )
+from workbench.codesign.description import TARGET_DTYPES
 
 GRAPH_COLUMNS = ("order", "name", "kind", "layer", "dtype", "batch", "m", "k", "n", "elements", "transcendental",
                  "flops", "bytes", "out_bytes", "measured_ns")
@@ -224,6 +225,27 @@ def graph_from_model(module: Any, inputs: Sequence[Any], *, timed: bool = False)
     with Recorder():
         observed_forward(module, inputs, hooks)
     return _frame(rows)
+
+
+FLOAT_DTYPES = frozenset({"fp64", "fp32", "bf16", "fp16", "fp8"})
+"""Dtypes `at_dtype` changes (integer operators, such as index arithmetic, keep theirs)."""
+
+
+def at_dtype(graph: pd.DataFrame, dtype: str, rows: Any = None) -> pd.DataFrame:
+    """`graph` with its floating-point operators (those of the index `rows`, default all) in `dtype`: their bytes
+    and output bytes scaled by the ratio of element sizes (op_cost counts an operator's operands in its dtype, so
+    an embedding's integer indices scale with its table: a small overcount). FLOPs and shapes are unchanged."""
+    if dtype not in TARGET_DTYPES:
+        raise ValueError(f"dtype {dtype!r}: expected one of {', '.join(TARGET_DTYPES)}")
+    changed = graph.copy()
+    floats = changed["dtype"].isin(FLOAT_DTYPES)
+    if rows is not None:
+        floats &= changed.index.isin(rows)
+    ratio = ITEM_BYTES[dtype] / changed.loc[floats, "dtype"].map(ITEM_BYTES).astype(float)
+    changed.loc[floats, "bytes"] = changed.loc[floats, "bytes"] * ratio
+    changed.loc[floats, "out_bytes"] = changed.loc[floats, "out_bytes"] * ratio
+    changed.loc[floats, "dtype"] = dtype
+    return changed
 
 
 def _canonical(dtype: Any) -> str:

@@ -34,7 +34,7 @@ Time per operator: max(compute, memory) + overhead (host time for a fallback); `
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -167,38 +167,3 @@ def totals(projection: pd.DataFrame, by: str, steps: int = 1) -> pd.DataFrame:
     grouped["share"] = grouped["time_ns"] / max(grouped["time_ns"].sum(), 1e-30)
     return grouped.sort_values("time_ns", ascending=False).reset_index()[[by, "ops", "time_ns", "share",
                                                                          "measured_ns"]]
-
-
-def parse_sweep(text: str) -> tuple[str, list[float]]:
-    """`bandwidth=0.5,1,2,4` as ("bandwidth", [0.5, 1.0, 2.0, 4.0]); a `ValueError` naming what is wrong."""
-    from workbench.codesign.description import SWEEPS
-
-    name, _, values = text.partition("=")
-    name = name.strip()
-    if name not in SWEEPS or not values:
-        raise ValueError(f"--sweep {text!r}: expected NAME=F1,F2,... with NAME one of {', '.join(SWEEPS)}")
-    try:
-        factors = [float(v) for v in values.split(",")]
-    except ValueError:
-        raise ValueError(f"--sweep {text!r}: factors must be numbers, e.g. bandwidth=0.5,1,2,4") from None
-    if not all(f > 0 and math.isfinite(f) for f in factors):
-        raise ValueError(f"--sweep {text!r}: factors must be positive")
-    return name, factors
-
-
-def sweep(graph: pd.DataFrame, description: Description, name: str, factors: Iterable[float],
-          steps: int = 1) -> pd.DataFrame:
-    """Total projected time per step with one figure of `description` scaled by each factor (`SWEEPS`):
-    | figure | factor | time_ns | speedup | compute_share | memory_share |, speedup against factor 1's time."""
-    rows = []
-    for factor in factors:
-        projection = project(graph, description.scaled(**{name: factor}))
-        total = projection["time_ns"].sum() / steps
-        share = projection.groupby("bound")["time_ns"].sum() / max(projection["time_ns"].sum(), 1e-30)
-        rows.append({"figure": name, "factor": factor, "time_ns": total,
-                     "compute_share": float(share.get("compute", 0.0)),
-                     "memory_share": float(share.get("memory", 0.0) + share.get("on-chip", 0.0))})
-    frame = pd.DataFrame(rows)
-    base = project(graph, description)["time_ns"].sum() / steps
-    frame.insert(3, "speedup", base / frame["time_ns"])
-    return frame

@@ -1,0 +1,172 @@
+"""The projection report (`workbench project --html`): a model's operators projected onto an accelerator as bars
+coloured by what bounds each, its time per operator kind, the sensitivity sweeps as step time against each knob's
+value per model, and the guidance findings with their evidence."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from bokeh.layouts import column, gridplot
+from bokeh.models import ColumnDataSource, Div, HoverTool, LayoutDOM, Legend, LegendItem
+from bokeh.palettes import Category10_10
+from bokeh.plotting import figure
+
+from workbench.codesign.guidance import Finding, shape_text
+from workbench.views._table import duration_unit, frame_source
+from workbench.views.text_tables import TextTable, cells, format_count, format_duration, html_table
+
+BOUND_COLORS: dict[str, str] = {"compute": "#4c72b0", "memory": "#55a868", "host fallback": "#c44e52",
+                                "launch overhead": "#ccb974", "none": "#b0b0b0"}
+"""Colour of each bound category of an operator's bar."""
+_CATEGORY = {"compute": "compute", "memory": "memory", "on-chip": "memory", "host": "host fallback",
+             "overhead": "launch overhead"}
+EVIDENCE_ROWS = 8
+"""Evidence rows shown per finding (the slowest operators)."""
+
+
+def bound_category(bound: str) -> str:
+    """The bar colour's category of a projection's `bound` (on-chip feeds count as memory)."""
+    return _CATEGORY.get(bound, "none")
+
+
+def operator_bars(projection: pd.DataFrame, *, width: int = 1100) -> LayoutDOM:
+    """One bar per operator in program order, its height the projected time, coloured by what bounds it; the
+    hover names the operator (as text), its layer, shape and times."""
+    size, unit, _ = duration_unit(projection["time_ns"])
+    frame = pd.DataFrame({
+        "x": np.arange(len(projection)), "top": projection["time_ns"].to_numpy() / size,
+        "name": projection["name"].astype(str).to_numpy(), "layer": projection["layer"].fillna("").astype(str),
+        "kind": projection["kind"].astype(str), "unit": projection["unit"].astype(str),
+        "shape": [shape_text(row) for row in projection.to_dict("records")],
+        "time": [format_duration(v) for v in projection["time_ns"]],
+        "compute": [format_duration(v) for v in projection["compute_ns"]],
+        "memory": [format_duration(v) for v in projection["memory_ns"]],
+        "category": [bound_category(b) for b in projection["bound"]]})
+    fig = figure(width=width, height=300, title="projected time per operator (program order), by bound",
+                 x_axis_label="operator", y_axis_label=f"time ({unit})", tools="xpan,xwheel_zoom,box_zoom,reset",
+                 toolbar_location="above")
+    items = []
+    for category, color in BOUND_COLORS.items():
+        part = frame[frame["category"] == category]
+        if part.empty:
+            continue
+        bars = fig.vbar(x="x", top="top", width=0.85, color=color, source=frame_source(part))
+        items.append(LegendItem(label=f"{category} ({len(part)})", renderers=[bars]))
+    fig.add_layout(Legend(items=items, orientation="horizontal", location="top_left"), "above")
+    fig.add_tools(HoverTool(tooltips=[("op", "@name"), ("layer", "@layer"), ("kind", "@kind (@unit)"),
+                                      ("shape", "@shape"), ("time", "@time"), ("compute", "@compute"),
+                                      ("memory", "@memory"), ("bound", "@category")]))
+    fig.y_range.start = 0
+    fig.xgrid.visible = False
+    return fig
+
+
+def kind_totals(projection: pd.DataFrame, steps: int = 1, *, width: int = 1100) -> LayoutDOM:
+    """Projected time per step of each operator kind, stacked by bound category, largest kind on top."""
+    per_step = projection.assign(category=[bound_category(b) for b in projection["bound"]],
+                                 time_ns=projection["time_ns"] / steps)
+    table = per_step.pivot_table(index="kind", columns="category", values="time_ns", aggfunc="sum", fill_value=0.0)
+    table = table.loc[table.sum(axis=1).sort_values().index]
+    size, unit, _ = duration_unit(table.sum(axis=1))
+    categories = [c for c in BOUND_COLORS if c in table.columns]
+    source = ColumnDataSource({"kind": list(table.index), **{c: table[c].to_numpy() / size for c in categories},
+                               "total": [format_duration(v) for v in table.sum(axis=1)]})
+    fig = figure(y_range=list(table.index), width=width, height=60 + 28 * len(table),
+                 title="projected time per step by operator kind", x_axis_label=f"time per step ({unit})",
+                 tools="", toolbar_location=None)
+    bars = fig.hbar_stack(categories, y="kind", height=0.7, color=[BOUND_COLORS[c] for c in categories],
+                          source=source)
+    fig.add_layout(Legend(items=[LegendItem(label=c, renderers=[r]) for c, r in zip(categories, bars, strict=True)],
+                          location="top_left"), "right")
+    fig.add_tools(HoverTool(tooltips=[("kind", "@kind"), ("per step", "@total")]))
+    fig.x_range.start = 0
+    return fig
+
+
+def sweep_curves(table: pd.DataFrame, *, width: int = 1100) -> LayoutDOM:
+    """Per knob, each model's step time over its step on the description as written (so models whose steps differ
+    a hundredfold share one axis) against the knob's value, one line per model; the hover gives the step time:
+    | model | figure | value | time_ns | ratio |."""
+    figures = []
+    models = list(dict.fromkeys(table["model"]))
+    colors = {model: Category10_10[i % 10] for i, model in enumerate(models)}
+    for name, rows in table.groupby("figure", sort=False):
+        values = list(dict.fromkeys(rows["value"]))
+        fig = figure(x_range=values, width=max(360, width // 2 - 10), height=360,
+                     title=f"step time against {name}, relative to the description as written", x_axis_label=name,
+                     y_axis_label="step time / as written", tools="", toolbar_location=None)
+        items = []
+        for model in models:
+            part = rows[rows["model"] == model]
+            source = ColumnDataSource({"value": part["value"].to_numpy(), "time_ns": part["time_ns"].to_numpy(),
+                                       "time": [format_duration(v) for v in part["time_ns"]],
+                                       "ratio": part["ratio"].to_numpy(), "model": part["model"].astype(str)})
+            line = fig.line("value", "ratio", source=source, color=colors[model], line_width=2)
+            dots = fig.scatter("value", "ratio", source=source, color=colors[model], size=7)
+            items.append(LegendItem(label=model, renderers=[line, dots]))
+        fig.add_tools(HoverTool(tooltips=[("model", "@model"), (name, "@value"), ("step", "@time"),
+                                          ("vs as written", "@ratio{0.00}x")]))
+        fig.y_range.start = 0
+        fig.add_layout(Legend(items=items, orientation="horizontal", label_text_font_size="9pt"), "below")
+        figures.append(fig)
+    return gridplot(figures, ncols=2, toolbar_location=None)
+
+
+def guidance_tables(findings: Sequence[Finding], *, width: int = 1100) -> LayoutDOM:
+    """The findings (gain, share, change) and each one's slowest evidence rows, as escaped HTML tables."""
+    summary = TextTable("guidance: what fits this accelerator badly, and what a change would save",
+                        ("finding", "change projected", "gain", "of step", "step"), tuple(
+                            cells(f.title, f.change, format_duration(f.gain_ns), f"{f.gain_share:.1%}", f.step)
+                            for f in findings), left=frozenset({"finding", "change projected", "step"}))
+    parts = [html_table(summary)]
+    for f in findings:
+        more = f" (first {EVIDENCE_ROWS} of {len(f.evidence)})" if len(f.evidence) > EVIDENCE_ROWS else ""
+        parts.append(html_table(evidence_table(f"{f.kind}: {f.title}{more}", f.evidence.head(EVIDENCE_ROWS))))
+    return Div(text='<div style="display:flex;flex-direction:column;gap:12px">' + "".join(parts) + "</div>",
+               width=width)
+
+
+def evidence_table(title: str, evidence: pd.DataFrame) -> TextTable:
+    """Evidence rows as a text table: headers without units' suffixes ("time_ns" → "time"), text aligned left."""
+    columns = tuple(evidence.columns)
+    headers = tuple(c.removesuffix("_ns").replace("_", " ") for c in columns)
+    rows = tuple(cells(*(evidence_cell(column, value) for column, value in zip(columns, row, strict=True)))
+                 for row in evidence.itertuples(index=False))
+    text = frozenset(h for c, h in zip(columns, headers, strict=True)
+                     if not pd.api.types.is_numeric_dtype(evidence[c]))
+    return TextTable(title, headers, rows, left=text)
+
+
+def evidence_cell(column: str, value: object) -> str:
+    """An evidence value as text: times in their unit, bytes and counts as integers, shares in %."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    if column.endswith("_ns"):
+        return format_duration(value)
+    if column in ("utilization", "columns_used"):
+        return f"{float(value):.0%}"  # type: ignore[arg-type]
+    if isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool):
+        return format_count(value)
+    return str(value)
+
+
+def projection_view(heading: str, *, projection: pd.DataFrame | None = None, steps: int = 1,
+                    findings: Sequence[Finding] = (), sweeps: pd.DataFrame | None = None,
+                    tables: Sequence[TextTable] = (), width: int = 1100) -> LayoutDOM:
+    """The report: a heading, then what is given of the operator bars and kind totals (`projection`), the sweep
+    curves (`sweeps`: | model | figure | value | time_ns | ratio |), text `tables` (the model set's ratios) and the
+    guidance (`findings`)."""
+    parts: list[LayoutDOM] = [Div(text=f"<h2>{html.escape(heading)}</h2>", width=width)]
+    if projection is not None and not projection.empty:
+        parts += [operator_bars(projection, width=width), kind_totals(projection, steps, width=width)]
+    if sweeps is not None and not sweeps.empty:
+        parts.append(sweep_curves(sweeps, width=width))
+    if tables:
+        parts.append(Div(text='<div style="display:flex;flex-wrap:wrap;gap:24px">'
+                         + "".join(html_table(table) for table in tables) + "</div>", width=width))
+    if findings:
+        parts.append(guidance_tables(findings, width=width))
+    return column(*parts)
