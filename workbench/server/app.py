@@ -38,6 +38,7 @@ from workbench.server.jobs import JobManager
 from workbench.server.manage_handlers import MAX_UPLOAD_BYTES, manage_handlers
 from workbench.server.model_policy import ModelPolicy
 from workbench.server.quant_handlers import quant_handlers
+from workbench.server.replay_handlers import replay_handlers
 from workbench.server.span_handlers import span_handlers
 from workbench.server.state import ServerState
 from workbench.storage import is_url, location
@@ -109,6 +110,7 @@ class WorkbenchServerApp(ExtensionApp):
         self.handlers.extend(span_handlers(self.state))
         self.handlers.extend(manage_handlers(self.state, max_upload_bytes=self.max_upload_mb << 20))
         self.handlers.extend(quant_handlers(self.state))
+        self.handlers.extend(replay_handlers(self.state))
         self.handlers.append((r"workbench/static/bokeh/(.*)", AuthenticatedFileHandler, {"path": str(bokehjs_path())}))
 
     async def stop_extension(self) -> None:

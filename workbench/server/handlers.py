@@ -24,8 +24,9 @@
     PUT    config               {"traces_root": path} changes it for this server ("" restores the configured one)
 
 Beside these: the timeline's span routes (`span_handlers`, docs/api-spans.md), imports, uploads, deletions and SQL
-(`manage_handlers`), serving jobs (`serve_handlers`: `POST serve`) and the quantization lab (`quant_handlers`:
-`POST quant`, `GET quant/<job>/view`).
+(`manage_handlers`), serving jobs (`serve_handlers`: `POST serve`), the quantization lab (`quant_handlers`:
+`POST quant`, `GET quant/<job>/view`) and the op replay of a run (`replay_handlers`: `POST replay`,
+`GET replay/<job>/view`).
 
 Everything a request carries is untrusted: run ids must pass `is_valid_run_id` (400 otherwise) and are
 opened with `allow_paths=False`, so they resolve strictly inside the traces root (symlinks included);

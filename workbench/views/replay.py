@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from bokeh.layouts import column
-from bokeh.models import ColumnDataSource, Div, FactorRange, HoverTool, LayoutDOM
+from bokeh.models import ColumnDataSource, Div, FactorRange, HoverTool, LayoutDOM, LogTicker
 from bokeh.plotting import figure
 from bokeh.transform import dodge
 
@@ -105,6 +105,7 @@ def replay_chart(table: pd.DataFrame, *, width: int = 1000) -> LayoutDOM:
                             legend_label=name)
         fig.add_tools(HoverTool(renderers=[renderer], tooltips=[("op", "@name"), ("inputs", "@signature"),
                                                                (name, f"@{{{name}}}{{0,0.000}} {unit}")]))
+    fig.xaxis.ticker = LogTicker(mantissas=[1, 2, 5])  # a label every 1-2-5: short bars have one under them
     fig.legend.location = "bottom_right"
     fig.legend.click_policy = "hide"
     fig.yaxis.major_label_text_font_size = "10px"

@@ -166,11 +166,47 @@ export interface IQuantResult {
   [key: string]: unknown;
 }
 
-/** A capture, import, serving or quantization job as `GET jobs/<id>` describes it. */
+/** The body of `POST replay` (`workbench/server/replay_handlers.py`): a run's top ops rebuilt and timed alone. */
+export interface IReplayRequest {
+  /** A run of the traces root. */
+  run: string;
+  /** The op signatures replayed, by self time (default 20). */
+  top?: number;
+  /** The variants each is timed under (default: all of `eager`, `bf16`, `compile`). */
+  variants?: string[];
+}
+
+/** What a replay job was asked for. */
+export interface IReplayJobRequest {
+  replay: IReplayRequest;
+}
+
+/** One op signature of a replay (`workbench.replay.table`); null for a time or figure it has not. */
+export interface IReplayRow {
+  name: string;
+  signature: string;
+  calls: number;
+  trace_ns: number;
+  /** "ok" when some variant was timed, else "skipped". */
+  status: string;
+  /** Why it was not rebuilt, or what its rebuild assumed. */
+  reason: string;
+  [key: string]: unknown;
+}
+
+/** What `workbench replay --json` prints: a replay job's result. */
+export interface IReplayResult {
+  run: string;
+  variants: string[];
+  rows: IReplayRow[];
+  [key: string]: unknown;
+}
+
+/** A capture, import, serving, quantization or replay job as `GET jobs/<id>` describes it. */
 export interface IJob {
   id: string;
   status: JobStatus;
-  request: ICaptureRequest | IImportRequest | IServeJobRequest | IQuantJobRequest;
+  request: ICaptureRequest | IImportRequest | IServeJobRequest | IQuantJobRequest | IReplayJobRequest;
   created: string;
   started: string | null;
   finished: string | null;
@@ -182,7 +218,7 @@ export interface IJob {
   log: string[];
   exit_code: number | null;
   /** What the command printed as JSON: a capture's or a serving run's result, or the run ids of an import. */
-  result: ICaptureResult | IServeResult | IQuantResult | string[] | null;
+  result: ICaptureResult | IServeResult | IQuantResult | IReplayResult | string[] | null;
   error: string | null;
 }
 
@@ -201,6 +237,12 @@ export function isServeJob(job: IJob): job is IJob & { request: IServeJobRequest
 export function isQuantJob(job: IJob): job is IJob & { request: IQuantJobRequest } {
   const quant = (job.request as IQuantJobRequest).quant;
   return typeof quant === 'object' && quant !== null;
+}
+
+/** Whether `job` replays a run's top ops (`POST replay`). */
+export function isReplayJob(job: IJob): job is IJob & { request: IReplayJobRequest } {
+  const replay = (job.request as IReplayJobRequest).replay;
+  return typeof replay === 'object' && replay !== null;
 }
 
 /** The reply of `POST query`: the rows of one SELECT, at most its limit. */
@@ -394,6 +436,17 @@ export function startQuant(request: IQuantRequest): Promise<IJob> {
 /** The views of a succeeded quantization job laid out `width` pixels wide. */
 export async function fetchQuantView(jobId: string, width: number): Promise<IBokehItem> {
   const reply = await requestAPI<{ item: IBokehItem }>(`quant/${encodeURIComponent(jobId)}/view?width=${width}`);
+  return reply.item;
+}
+
+/** Start (or queue) the replay of a run's top ops (`workbench replay`). */
+export function startReplay(request: IReplayRequest): Promise<IJob> {
+  return requestAPI<IJob>('replay', jsonBody('POST', request));
+}
+
+/** The view of a succeeded replay job laid out `width` pixels wide. */
+export async function fetchReplayView(jobId: string, width: number): Promise<IBokehItem> {
+  const reply = await requestAPI<{ item: IBokehItem }>(`replay/${encodeURIComponent(jobId)}/view?width=${width}`);
   return reply.item;
 }
 

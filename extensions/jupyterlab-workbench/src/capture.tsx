@@ -21,6 +21,7 @@ import {
   IJob,
   isImportJob,
   isQuantJob,
+  isReplayJob,
   isServeJob,
   startCapture
 } from './api';
@@ -387,7 +388,7 @@ export function CaptureSection(props: {
 
   const { job, running, error, submitting, cancelling, dismiss, submit: follow, cancel } = useFollowedJob({
     what: 'the capture',
-    isMine: j => !isImportJob(j) && !isServeJob(j) && !isQuantJob(j),
+    isMine: j => !isImportJob(j) && !isServeJob(j) && !isQuantJob(j) && !isReplayJob(j),
     onResume: live => setForm(formFromRequest(live.request as ICaptureRequest)), // the settings it runs with
     onFinished: props.onFinished
   });

@@ -1,7 +1,8 @@
 /**
  * The Workbench JupyterLab extension: a left sidebar of runs and captures, main-area dashboards and
- * comparisons, command-palette and launcher entries, the traces folder setting, and "Open in Workbench" on
- * trace files in Lab's file browser (imported by the server, then opened).
+ * comparisons, a run's op replay (from its dashboard's toolbar or the runs list), command-palette and launcher
+ * entries, the traces folder setting, and "Open in Workbench" on trace files in Lab's file browser (imported by the
+ * server, then opened).
  *
  * The setting `tracesRoot` is sent to the server (`PUT workbench/api/config`) when Lab starts and each
  * time it changes; the server then lists, captures into and deletes from that folder.
@@ -29,6 +30,7 @@ import { IQueryShown, QueryResultView } from './queryView';
 import { runLabel } from './runs';
 import { WorkbenchSidebar } from './sidebar';
 import { quantTitle } from './quant';
+import { ReplayPanel } from './replay';
 import { BokehView, quantSource, viewSource } from './view';
 
 const PLUGIN_ID = 'jupyterlab-workbench:plugin';
@@ -89,6 +91,33 @@ const plugin: JupyterFrontEndPlugin<void> = {
     /** The runs as last listed by the sidebar, for the views' titles. */
     const rows = new Map<string, IRunRow>();
 
+    /**
+     * Open (or bring forward) the op replay tab of a run: its form, its job, then its view. Not restored with the
+     * layout: a replay's results live as long as the server's job list.
+     */
+    const showReplay = (run: string): void => {
+      const id = `workbench-replay-${run}`;
+      const open = Array.from(shell.widgets('main')).find(widget => widget.id === id);
+      if (open) {
+        shell.activateById(id);
+        return;
+      }
+      const content = new ReplayPanel(run, baseUrl);
+      const widget = new MainAreaWidget({ content });
+      widget.id = id;
+      widget.addClass('jp-Workbench-viewPanel');
+      widget.title.label = `Op replay: ${runLabel(rows.get(run), run)}`;
+      widget.title.caption = `Op replay of run ${run}`;
+      widget.title.icon = workbenchIcon;
+      widget.title.closable = true;
+      widget.toolbar.addItem(
+        'refresh',
+        new ToolbarButton({ icon: refreshIcon, tooltip: 'Draw again', onClick: () => content.refresh() })
+      );
+      shell.add(widget, 'main');
+      shell.activateById(id);
+    };
+
     /** Open (or bring forward) the dashboard of one run, or the comparison of several (against `baseline`). */
     const show = (runs: string[], baseline: string | null = null): MainAreaWidget<BokehView> => {
       const id = viewId(runs, baseline);
@@ -113,6 +142,18 @@ const plugin: JupyterFrontEndPlugin<void> = {
           onClick: () => void content.refresh()
         })
       );
+      if (runs.length === 1) {
+        widget.toolbar.addItem(
+          'replay',
+          new ToolbarButton({
+            label: 'Replay ops',
+            className: 'jp-Workbench-replayButton',
+            tooltip: "Rebuild this run's top ops from the shapes its trace recorded and time each alone " +
+              '(eager, bf16, compiled), beside the trace\'s time',
+            onClick: () => showReplay(runs[0])
+          })
+        );
+      }
       void tracker.add(widget);
       shell.add(widget, 'main');
       shell.activateById(widget.id);
@@ -166,6 +207,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       open: runs => runs.forEach(run => show([run])),
       compare: (runs, baseline) => show(runs, baseline),
       showQuant,
+      showReplay,
       showQuery,
       deleted: runs =>
         tracker.forEach(widget => {

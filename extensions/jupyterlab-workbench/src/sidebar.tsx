@@ -1,7 +1,8 @@
 /**
- * The Workbench sidebar: the traces folder, the capture form, the serving form, the quantization lab, the runs with their actions (open, compare, delete,
- * import; trace files dropped on the panel are imported too) and the SQL query box. The runs list refreshes
- * itself when runs appear or vanish: it polls the server's cheap `traces/version` every `WATCH_MS`.
+ * The Workbench sidebar: the traces folder, the capture form, the serving form, the quantization lab, the runs with
+ * their actions (open, compare, replay ops, delete, import; trace files dropped on the panel are imported too) and the
+ * SQL query box. The runs list refreshes itself when runs appear or vanish: it polls the server's cheap
+ * `traces/version` every `WATCH_MS`.
  */
 
 import { Dialog, showDialog } from '@jupyterlab/apputils';
@@ -30,6 +31,8 @@ export interface ISidebarActions {
   compare(runIds: string[], baseline: string | null): void;
   /** Show the views of a succeeded quantization job in the main area. */
   showQuant(job: IJob): void;
+  /** Open the op replay tab of a run. */
+  showReplay(runId: string): void;
   /** Show a query's result in the main area. */
   showQuery(shown: IQueryShown): void;
   /** The runs were deleted: close their views. */
@@ -247,6 +250,15 @@ function WorkbenchPanel(props: IPanelProps): JSX.Element {
             title="Compare the selected runs (two or more) against the baseline chosen beside"
           >
             Compare
+          </button>
+          <button
+            className="jp-Button jp-mod-styled"
+            disabled={count !== 1}
+            onClick={() => actions.showReplay(ordered[0])}
+            title={"Op replay: rebuild the selected run's top ops from the shapes its trace recorded and time each " +
+              'alone (one run)'}
+          >
+            Replay
           </button>
           <button
             className="jp-Button jp-mod-styled jp-mod-warn"

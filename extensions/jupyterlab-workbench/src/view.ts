@@ -1,6 +1,6 @@
 /**
- * The main-area view: one run's dashboard, the comparison of several runs, or a quantization job's lab, drawn by
- * BokehJS.
+ * The main-area view: one run's dashboard, the comparison of several runs, a quantization job's lab or a replay
+ * job's ops, drawn by BokehJS.
  *
  * Resizing: the workbench layouts have fixed pixel widths (tables, linked timelines), so the view asks
  * the server for a layout as wide as the panel, and asks again, once the size has settled, when the
@@ -12,7 +12,7 @@
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { fetchComparison, fetchDashboard, fetchQuantView, IBokehItem } from './api';
+import { fetchComparison, fetchDashboard, fetchQuantView, fetchReplayView, IBokehItem } from './api';
 import { EmbeddedItem, embedItem } from './bokeh';
 import {
   captureTimeline,
@@ -48,6 +48,11 @@ export function viewSource(runs: string[], baseline: string | null = null): IVie
 /** The source for the views of the quantization job `jobId` (no run: the lab's results are kept by its job). */
 export function quantSource(jobId: string): IViewSource {
   return { runs: [], baseline: null, fetch: width => fetchQuantView(jobId, width) };
+}
+
+/** The source for the view of the replay job `jobId` (drawn from the job's result: no replay runs again). */
+export function replaySource(jobId: string): IViewSource {
+  return { runs: [], baseline: null, fetch: width => fetchReplayView(jobId, width) };
 }
 
 /** A panel that draws the Bokeh layout of a `IViewSource`. */
