@@ -36,6 +36,37 @@ def report_layout(bundles: Sequence[Bundle], *, baseline: str | int | None = Non
     return runs_layout(views, bundles, "runs")
 
 
+EMBED_BYTES = 8 << 20
+"""Largest Perfetto trace embedded in a report (base64: a third larger), so its button works from disk; a larger
+one is fetched from beside the report, which needs the report served over HTTP (its link downloads it anyway)."""
+
+
+def write_run_report(bundles: Sequence[Bundle], path: str | os.PathLike[str], title: str, *,
+                     baseline: str | int | None = None) -> Path:
+    """`report_layout` of `bundles` written to `path`, after each run's Perfetto trace, written beside it as
+    `<report name>.<run id>.perfetto-trace` (`workbench.export`), under "Open in Perfetto" links and buttons. Runs
+    of a URL traces root are left out: their tables stay where they lie (`trace.store.mirror`) rather than come down
+    for a trace file."""
+    from bokeh.layouts import column
+
+    from workbench.export import export_run
+    from workbench.trace.store.mirror_bundle import remote_bundle
+    from workbench.views.perfetto_link import PerfettoTrace, perfetto_links
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    traces = []
+    for bundle in bundles:
+        if not bundle.has_trace or remote_bundle(bundle.path) is not None:
+            continue
+        out = path.with_name(f"{path.stem}.{bundle.run_id}.perfetto-trace")
+        summary = export_run(bundle.path, "perfetto", out)
+        embedded = out.read_bytes() if summary["bytes"] <= EMBED_BYTES else None
+        traces.append(PerfettoTrace(display_name(bundle.record), out.name, embedded))
+    layout = report_layout(bundles, baseline=baseline)
+    return write_report(column(perfetto_links(traces), layout) if traces else layout, path, title)
+
+
 def write_report(layout: LayoutDOM, path: str | os.PathLike[str], title: str) -> Path:
     """Write `layout` as one HTML file (BokehJS inline), atomically: a temp file renamed into place."""
     path = Path(path)

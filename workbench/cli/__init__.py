@@ -2,6 +2,7 @@
 report; `analysis`: analyze, cost; `llm`: generate, llm-model; `serve`: a server under load; `quant`: the
 quantization lab; `replay`: ops rebuilt from a trace and timed alone; `provenance`: kernels traced to source ops;
 `mcp`: the Model Context Protocol server for agents; `project`: a model projected onto an accelerator description;
+`export`: a run as a Perfetto or Chrome trace file;
 `xprof`; `child`:
 the hidden child of Nsight runs), all printing through `render`.
 
@@ -23,6 +24,7 @@ with QuietWhileLoading():  # Ctrl-C while the command line loads exits 130 quiet
     from workbench.cli.capture import capture
     from workbench.cli.child import profile_variant_child
     from workbench.cli.diff import diff
+    from workbench.cli.export import export
     from workbench.cli.llm import generate, llm_model
     from workbench.cli.mcp import mcp
     from workbench.cli.project import project
@@ -41,7 +43,7 @@ __all__ = ["EXIT_BAD_INPUT", "EXIT_INTERRUPTED", "EXIT_PARTIAL", "main"]
 """The command group, and the exit codes it ends with (defined in `workbench.errors`)."""
 
 COMMANDS = (capture, profile_variant_child, import_, ls, show, report, rm, xprof, analyze, cost, generate, llm_model,
-            query, ranks, serve, diff, quant, replay, provenance, mcp, project)
+            query, ranks, serve, diff, quant, replay, provenance, mcp, project, export)
 """Every command, by module: capture, the child, the traces commands, xprof, analysis, llm, query, ranks."""
 
 

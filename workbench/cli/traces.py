@@ -330,8 +330,9 @@ def _print_serving(serving: dict[str, Any]) -> None:
                    "default the reference variant where one ran it, else the first run).")
 @out_option
 def report(refs: tuple[str, ...], output: Path | None, baseline: str | None, out_dir: str | None) -> None:
-    """Write a self-contained HTML report of runs or experiments (opens offline, no workbench needed)."""
-    from workbench.report import report_layout, write_report
+    """Write a self-contained HTML report of runs or experiments (opens offline, no workbench needed), with each
+    run's Perfetto trace beside it (`<report>.<run>.perfetto-trace`) and an "Open in Perfetto" button."""
+    from workbench.report import write_run_report
     from workbench.trace.store.resolve import resolve_runs
 
     with errors():
@@ -339,8 +340,7 @@ def report(refs: tuple[str, ...], output: Path | None, baseline: str | None, out
         bundles = resolve_runs(refs, root)
         output = checked_output(output or root / f"report-{Path(refs[0]).name}.html")
         with err.status("building the report", spinner="dots"):
-            path = write_report(report_layout(bundles, baseline=baseline), output,
-                                title=f"workbench: {', '.join(refs)}")
+            path = write_run_report(bundles, output, title=f"workbench: {', '.join(refs)}", baseline=baseline)
     click.echo(str(path))
 
 

@@ -199,3 +199,20 @@ def _xspace_dir(path: Path) -> bool:
 
 
 register_format(TraceFormat("xspace", (".xplane.pb",), _looks_like_xspace, _read_xspace, _xspace_dir))
+
+
+def _looks_like_perfetto(head: bytes) -> bool:
+    from workbench.trace.perfetto.reader import looks_like_perfetto
+
+    return looks_like_perfetto(head)
+
+
+def _read_perfetto(path: Path) -> Trace:
+    from workbench.trace.perfetto.reader import read_perfetto
+
+    return read_perfetto(path)
+
+
+# after xspace, whose traces also start with a field 1 message: `.xplane.pb` files reach its sniff first
+register_format(TraceFormat("perfetto", (".perfetto-trace", ".pftrace", ".pb", ".perfetto-trace.gz", ".pftrace.gz"),
+                            _looks_like_perfetto, _read_perfetto))

@@ -18,6 +18,9 @@ KIND_BY_CATEGORY: dict[str, str] = {
     "xpu_runtime": "runtime", "xpu_driver": "runtime",
     "privateuse1_runtime": "runtime", "privateuse1_driver": "runtime",
     "hpu_op": "op", "glow_runtime": "runtime", "collective_comm": "op",
+    # the workbench's own exports (`workbench.export`) of kinds Kineto has no category for: on a device they are
+    # written on the device's pid, where rows of host categories run on that device (as MTIA's runtime calls do)
+    "xla_op": "hlo", "xla_module": "module", "trt_layer": "layer",
 }
 """Trace categories and the event kind each maps to; others become `other` (category in args)."""
 
