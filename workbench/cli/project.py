@@ -17,6 +17,7 @@ from workbench.views.text_tables import TextTable, cells, format_duration
 TOTAL_COLUMNS = ("ops", "projected", "share", "measured")
 OP_COLUMNS = ("#", "op", "kind", "layer", "unit", "util", "compute", "memory", "time", "bound", "group")
 SWEEP_COLUMNS = ("value", "projected", "speedup", "compute share", "memory share")
+SCALING_COLUMNS = ("chips", "step", "speedup", "efficiency", "all-reduce", "comm share")
 EVIDENCE_ROWS = 5
 
 
@@ -29,7 +30,12 @@ EVIDENCE_ROWS = 5
                    "llama-reduced, resnet50, vit, bert (reduced configs built in code) or any model reference.")
 @click.option("--sweep", "sweeps", multiple=True, metavar="KNOB=V1,V2,...",
               help="Project again at each value of one knob (repeatable): factors of bandwidth, on_chip, rate, "
-                   "rate.<dtype> or link (bandwidth=0.5,1,2,4), or array shapes (array=64x64,128x128).")
+                   "rate.<dtype>, link or chip_link (bandwidth=0.5,1,2,4), array shapes (array=64x64,128x128), or "
+                   "chip counts (chips=1,2,4).")
+@click.option("--chips", "chips", default=None, metavar="N1,N2,...",
+              help="Also project on this many chips, tensor-parallel over the description's chip_links: the step, "
+                   "speedup, efficiency and all-reduce share at each count (1,2,4,8) and how each operator shards; "
+                   "the other --sweep knobs are then swept on the largest count.")
 @click.option("--dtype", "dtype", type=click.Choice(TARGET_DTYPES), default=None,
               help="Project the graph at this precision (its floating-point operators' bytes and dtype).")
 @click.option("--batch", default=1, show_default=True, type=click.IntRange(min=1), help="A model's batch size.")
@@ -39,16 +45,18 @@ EVIDENCE_ROWS = 5
               help="Also write the report as one HTML file: operators by bound, kinds, sweep curves, guidance.")
 @out_option
 @json_option
-def project(target: str | None, accelerator: str, models: str | None, sweeps: tuple[str, ...], dtype: str | None,
-            batch: int, seq: int | None, top: int, html_path: str | None, out_dir: str | None,
+def project(target: str | None, accelerator: str, models: str | None, sweeps: tuple[str, ...], chips: str | None,
+            dtype: str | None, batch: int, seq: int | None, top: int, html_path: str | None, out_dir: str | None,
             as_json: bool) -> None:
     """Project MODEL (one forward of its example inputs) or RUN (a captured run's measured steps, from recorded
     shapes) onto an accelerator: per operator its unit, array utilization, compute and memory time, bound and
     fusion group; totals per step, per operator kind and per block of layers; guidance (what fits the chip badly
     and what a change would save, projected again). With --models, the step of each model and its ratio at every
-    --sweep value, and which knob buys the most."""
+    --sweep value, and which knob buys the most. With --chips, the step on each chip count, sharded tensor-parallel
+    (docs/accelerators.md, "Several chips")."""
     from workbench.codesign.description import resolve_description
-    from workbench.codesign.sensitivity import parse_sweep
+    from workbench.codesign.sensitivity import parse_chips, parse_sweep
+    from workbench.codesign.sharding import chip_links
     from workbench.errors import WorkbenchError
 
     with errors():
@@ -59,11 +67,19 @@ def project(target: str | None, accelerator: str, models: str | None, sweeps: tu
             knobs = [parse_sweep(text) for text in sweeps]
         except ValueError as exc:
             raise WorkbenchError(str(exc)) from None
+        try:
+            counts = parse_chips(chips) if chips is not None else []
+        except ValueError as exc:
+            raise WorkbenchError(f"--chips: {exc}") from None
+        if counts and models is not None:
+            raise WorkbenchError("--chips projects one MODEL|RUN; across --models sweep the count: "
+                                 "--sweep chips=1,2,4")
+        chip_links(description, max(counts, default=1))  # no links, or more chips than the part has: say so now
         if models is not None:
             result, view = _model_set(models, description, knobs, dtype, batch)
         else:
             assert target is not None
-            result, view = _one(target, description, knobs, dtype, batch, seq, out_dir)
+            result, view = _one(target, description, knobs, dtype, batch, seq, out_dir, counts)
         if html_path:
             from workbench.report import write_report
 
@@ -80,8 +96,9 @@ def project(target: str | None, accelerator: str, models: str | None, sweeps: tu
 
 
 def _one(target: str, description: Any, knobs: list, dtype: str | None, batch: int, seq: int | None,
-         out_dir: str | None) -> tuple[dict[str, Any], Any]:
-    """One model or run: its projection, totals, guidance and sweeps (the result), and its view's builder."""
+         out_dir: str | None, counts: list[int]) -> tuple[dict[str, Any], Any]:
+    """One model or run: its projection, totals, guidance and sweeps (the result), on several chips when `counts`
+    are given (the sweeps then on the largest), and its view's builder."""
     from workbench.codesign.graph import at_dtype
     from workbench.codesign.guidance import guidance
     from workbench.codesign.projection import project, totals
@@ -93,7 +110,8 @@ def _one(target: str, description: Any, knobs: list, dtype: str | None, batch: i
     projection = project(graph, description)
     findings = guidance(graph, description, steps=source.steps, llm=source.llm, batch=source.batch,
                         context=source.seq)
-    swept = [sweep(graph, description, name, values, source.steps) for name, values in knobs]
+    swept = [sweep(graph, description, name, values, source.steps, max(counts, default=1))
+             for name, values in knobs]
     label = source.label + (f" at {dtype}" if dtype else "")
     result: dict[str, Any] = {
         "title": label, "source": label, "accelerator": description.name, "steps": source.steps, "dtype": dtype,
@@ -105,17 +123,37 @@ def _one(target: str, description: Any, knobs: list, dtype: str | None, batch: i
         "sweeps": [table.to_dict("records") for table in swept],
         "ops": projection.to_dict("records"), "_projection": projection, "_findings": findings,
     }
+    if counts:
+        result["chips"] = _chips(graph, description, counts, source.steps)
 
-    def view() -> Any:
-        import pandas as pd
+    def view() -> Any:  # drawn from the JSON, as the panel's projection jobs draw it
+        from workbench.views.projection import result_view
 
-        from workbench.views.projection import projection_view
-
-        curves = pd.concat([t.assign(model=label, ratio=1.0 / t["speedup"]) for t in swept]) if swept else None
-        return projection_view(f"{label} on {description.name}: {format_duration(result['step_ns'])} per step",
-                               projection=projection, steps=source.steps, findings=findings, sweeps=curves)
+        return result_view(result)
 
     return result, view
+
+
+def _chips(graph: Any, description: Any, counts: list[int], steps: int) -> dict[str, Any]:
+    """The graph on each chip count: the scaling table, and at the largest count each operator's shard and the
+    totals per shard; `note` says when the graph has no dataflow to shard along."""
+    from workbench.codesign.projection import project, totals
+    from workbench.codesign.sensitivity import scaling
+
+    largest = max(counts)
+    projection = project(graph, description, largest)
+    links = description.chip_links
+    return {
+        "counts": counts, "largest": largest, "dataflow": projection.attrs["dataflow"],
+        "links": None if links is None else {"bandwidth": links.bandwidth, "latency_s": links.latency_s,
+                                             "topology": links.topology, "chips": links.chips},
+        "note": None if projection.attrs["dataflow"] else (
+            "no sharding possible without dataflow: a captured run's recorded shapes do not say which operator fed "
+            "which, so every operator is replicated on every chip (project the model itself to shard it)"),
+        "scaling": scaling(graph, description, counts, steps).to_dict("records"),
+        "by_shard": totals(projection, "shard", steps).to_dict("records"),
+        "ops": projection.to_dict("records"),
+    }
 
 
 def _model_set(models: str, description: Any, knobs: list, dtype: str | None,
@@ -144,13 +182,13 @@ def _model_set(models: str, description: Any, knobs: list, dtype: str | None,
     result: dict[str, Any] = {
         "title": title, "accelerator": description.name, "dtype": dtype, "batch": batch,
         "models": [{"model": name, "step_ns": step_ns(graph, description)} for name, graph in graphs.items()],
-        "sweeps": table.to_dict("records"), "buys_most": best.to_dict("records"), "_table": table,
+        "sweeps": table.to_dict("records"), "buys_most": best.to_dict("records"),
     }
 
-    def view() -> Any:
-        from workbench.views.projection import projection_view
+    def view() -> Any:  # drawn from the JSON, as the panel's projection jobs draw it
+        from workbench.views.projection import result_view
 
-        return projection_view(title, sweeps=table, tables=_set_tables(result))
+        return result_view(result)
 
     return result, view
 
@@ -175,9 +213,33 @@ def _print(result: dict[str, Any], projection: Any, top: int) -> None:
             no_wrap=OP_COLUMNS, max_widths={"layer": 30})
     _print_guidance(result["_findings"])
     for table in result["sweeps"]:
-        print_table(TextTable(f"sweep: {table[0]['figure']}", SWEEP_COLUMNS, tuple(
-            cells(row["value"], format_duration(row["time_ns"]), f"{row['speedup']:.2f}x",
-                  f"{row['compute_share']:.0%}", f"{row['memory_share']:.0%}") for row in table)))
+        comm = any(row["comm_share"] > 0 for row in table)  # on several chips: the all-reduces' share too
+        print_table(TextTable(f"sweep: {table[0]['figure']}", (*SWEEP_COLUMNS, *(("comm share",) if comm else ())),
+                              tuple(cells(row["value"], format_duration(row["time_ns"]), f"{row['speedup']:.2f}x",
+                                          f"{row['compute_share']:.0%}", f"{row['memory_share']:.0%}",
+                                          *((f"{row['comm_share']:.0%}",) if comm else ())) for row in table)))
+    if "chips" in result:
+        _print_chips(result["chips"], result["steps"])
+
+
+def _print_chips(chips: dict[str, Any], steps: int) -> None:
+    """The scaling table over chip counts and, at the largest, the time per shard (or why nothing shards)."""
+    from workbench.hardware.units import format_bytes
+
+    links = chips["links"]
+    if links is not None:
+        out.print(f"several chips: tensor-parallel over {links['topology']} chip links of "
+                  f"{format_bytes(links['bandwidth'], binary=False)}/s per chip, "
+                  f"{format_duration(links['latency_s'] * 1e9)} per hop", markup=False, highlight=False)
+    if chips["note"]:
+        out.print(f"several chips: {chips['note']}", markup=False, highlight=False)
+    print_table(TextTable("scaling over chips (speedup over one chip)", SCALING_COLUMNS, tuple(
+        cells(str(row["chips"]), format_duration(row["time_ns"]), f"{row['speedup']:.2f}x",
+              f"{row['efficiency']:.0%}", format_duration(row["comm_ns"]), f"{row['comm_share']:.0%}")
+        for row in chips["scaling"])))
+    print_table(TextTable(f"per shard on {chips['largest']} chips", ("shard", *TOTAL_COLUMNS[:3]), tuple(
+        cells(row["shard"], str(row["ops"]), format_duration(row["time_ns"]), f"{row['share']:.1%}")
+        for row in chips["by_shard"]), left=frozenset({"shard"})))
 
 
 def _print_guidance(findings: list) -> None:
@@ -196,26 +258,11 @@ def _print_guidance(findings: list) -> None:
                     max_widths={"name": 28, "layer": 28})
 
 
-def _set_tables(result: dict[str, Any]) -> list[TextTable]:
-    """The model set's tables: per knob each model's step ratio at each value, then which knob buys the most."""
-    table = result["_table"]
-    steps = {row["model"]: row["step_ns"] for row in result["models"]}
-    tables = []
-    for name, rows in table.groupby("figure", sort=False):
-        values = list(dict.fromkeys(rows["value"]))
-        ratios = rows.pivot(index="model", columns="value", values="ratio")
-        tables.append(TextTable(f"sweep: {name} (step / as written)", ("model", "step as written", *values), tuple(
-            cells(model, format_duration(steps[model]), *(f"{ratios.loc[model, v]:.2f}" for v in values))
-            for model in steps), left=frozenset({"model"})))
-    tables.append(TextTable("which knob buys the most", ("model", "knob", "value", "speedup"), tuple(
-        cells(row["model"], row["figure"], row["value"], f"{row['speedup']:.2f}x") for row in result["buys_most"]),
-        left=frozenset({"model", "knob", "value"})))
-    return tables
-
-
 def _print_set(result: dict[str, Any]) -> None:
     """The model set's tables, after a line saying what the ratios are."""
     out.print(f"{result['title']}: step time at each value over the step as written (below 1: faster)",
               markup=False, highlight=False)
-    for table in _set_tables(result):
+    from workbench.views.projection import set_tables
+
+    for table in set_tables(result):
         print_table(table)

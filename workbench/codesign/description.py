@@ -16,6 +16,7 @@ The detailed form (docs/accelerators.md has a worked example):
     memory_levels: [{name: sram, size: 8 MiB, bandwidth: 2 TB/s}]   # on-chip, innermost first
     off_chip: {size: 16 GiB, bandwidth: 200 GB/s}  # bandwidth required
     host_link: {bandwidth: 32 GB/s, latency: 2 us} # needed when an operator falls back to the host
+    chip_links: {bandwidth: 100 GB/s, latency: 1 us, topology: ring, chips: 8}   # needed on several chips
     native_ops: [matmul, conv, attention, elementwise, softmax, norm, copy]   # default: all of OP_KINDS
     host_fallback_cost: {latency: 20 us}           # per fallen-back operator, besides the link transfer
     op_overhead: 1 us                              # launch cost of each operator (each fused group) on the chip
@@ -26,6 +27,12 @@ the MACs each processing element does per cycle in that dtype (`MatrixUnits.macs
 form (`workbench.hardware.accelerator`: peak_flops, memory_bandwidth, sram, matrix_unit, clock) and every entry of
 the built-in table are read too (`from_device_spec`): their peaks serve as matrix and vector rates, all operators
 are native, and without an array shape and clock the compute time is FLOPs over the peak (no padding).
+
+`chip_links` are the links between chips that a tensor-parallel projection (`workbench.codesign.sharding`) sends
+its all-reduces over: `bandwidth` each chip sends at in one direction (all its links together), `latency` per hop,
+`topology` `ring` (default: each chip sends to one neighbour) or `all-to-all` (also written `switch`: every chip
+reaches every other in one hop, through a switch or direct links), and `chips`, the largest number of chips the part
+scales to (none: no limit).
 
 Figures take units ("200 GB/s", "8 MiB", "2 us") or `{value: ..., source: https://...}`, as in the short form.
 Every error is one line naming the file and the field (`AcceleratorSpecError`).
@@ -52,7 +59,7 @@ TARGET_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8")
 """Dtypes a graph may be projected at (`graph.at_dtype`; int8: weights and activations quantized)."""
 
 DETAILED_KEYS = frozenset({"matrix_units", "vector_units", "memory_levels", "off_chip", "host_link", "native_ops",
-                           "host_fallback_cost", "op_overhead", "fusion"})
+                           "host_fallback_cost", "op_overhead", "fusion", "chip_links"})
 """Keys that mark the detailed form (a file with none of them is read as the short form)."""
 TOP_KEYS = frozenset({"name", "kind", "description", "clock", "price_per_hour", *DETAILED_KEYS})
 SHORT_ONLY = {"peak_flops": "matrix_units.rates", "memory_bandwidth": "off_chip.bandwidth",
@@ -62,6 +69,8 @@ SHORT_ONLY = {"peak_flops": "matrix_units.rates", "memory_bandwidth": "off_chip.
 _ARRAY = re.compile(r"\s*(\d+)\s*[x×*]\s*(\d+)\s*")
 _TIME = re.compile(r"\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*(s|ms|us|µs|ns)\s*")
 _SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+TOPOLOGIES = ("ring", "all-to-all", "switch")
+"""How chips are linked (`chip_links.topology`); `switch` is another name for `all-to-all`."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,17 @@ class MemoryLevel:
 
 
 @dataclass(frozen=True)
+class ChipLinks:
+    """The links between chips: bandwidth per chip per direction (bytes/s), latency per hop (seconds), the
+    topology (`TOPOLOGIES`) and the largest chip count the part scales to (None: no limit)."""
+
+    bandwidth: float
+    latency_s: float = 0.0
+    topology: str = "ring"
+    chips: int | None = None
+
+
+@dataclass(frozen=True)
 class Description:
     """An accelerator as projection sees it (base units: Hz, FLOP/s, bytes, bytes/s, seconds)."""
 
@@ -107,6 +127,7 @@ class Description:
     host_fallback_latency_s: float = 0.0
     op_overhead_s: float = 0.0
     fusion: bool = True
+    chip_links: ChipLinks | None = None
     description: str = ""
     sources: Mapping[str, str] = field(default_factory=dict)
 
@@ -137,7 +158,8 @@ class Description:
     def scaled(self, **factors: float) -> Description:
         """A copy with figures multiplied, for sensitivity sweeps: `bandwidth` (off-chip), `on_chip` (every
         level's size), `rate` (every matrix and vector rate), `rate.<dtype>` (that dtype's matrix and vector
-        rates), `link` (host link bandwidth). Pass `rate.<dtype>` as `**{"rate.bf16": 2.0}`."""
+        rates), `link` (host link bandwidth), `chip_link` (chip-to-chip link bandwidth). Pass `rate.<dtype>` as
+        `**{"rate.bf16": 2.0}`."""
         from dataclasses import replace
 
         unknown = sorted(name for name in factors if name not in FACTOR_SWEEPS and not is_dtype_rate(name))
@@ -157,6 +179,8 @@ class Description:
             vector_rates=rates(self.vector_rates),
             host_link_bandwidth=(self.host_link_bandwidth * factors.get("link", 1.0)
                                  if self.host_link_bandwidth else self.host_link_bandwidth),
+            chip_links=(replace(self.chip_links, bandwidth=self.chip_links.bandwidth * factors.get("chip_link", 1.0))
+                        if self.chip_links is not None else None),
         )
 
     def with_array(self, rows: int, cols: int) -> Description:
@@ -177,10 +201,11 @@ class Description:
                                             rates={d: r * area for d, r in self.matrix.rates.items()}))
 
 
-FACTOR_SWEEPS = ("bandwidth", "on_chip", "rate", "link")
+FACTOR_SWEEPS = ("bandwidth", "on_chip", "rate", "link", "chip_link")
 """Figures a sensitivity sweep scales by a factor (`Description.scaled`); besides them, `rate.<dtype>`."""
-SWEEPS = (*FACTOR_SWEEPS, "rate.<dtype>", "array")
-"""Every sweep knob: the factors, one dtype's rate (`rate.bf16`) and the array shape (`Description.with_array`)."""
+SWEEPS = (*FACTOR_SWEEPS, "rate.<dtype>", "array", "chips")
+"""Every sweep knob: the factors, one dtype's rate (`rate.bf16`), the array shape (`Description.with_array`) and the
+number of chips a tensor-parallel projection shards over (`projection.project(..., chips=)`)."""
 
 
 def is_dtype_rate(name: str) -> bool:
@@ -274,6 +299,8 @@ def parse_description(data: Any, *, origin: object) -> Description:
     off_chip = read.section(data, "off_chip", {"size", "bandwidth"}, required=True)
     host = read.section(data, "host_link", {"bandwidth", "latency"}, required=False)
     fallback = read.section(data, "host_fallback_cost", {"latency"}, required=False)
+    chip_links = read.chip_links(read.section(data, "chip_links", {"bandwidth", "latency", "topology", "chips"},
+                                              required=False))
     native = data.get("native_ops", list(OP_KINDS))
     if not isinstance(native, list) or not all(isinstance(op, str) for op in native):
         raise AcceleratorSpecError(origin, "native_ops", f"expected a list of operator kinds ({', '.join(OP_KINDS)})")
@@ -299,7 +326,7 @@ def parse_description(data: Any, *, origin: object) -> Description:
         host_link_latency_s=read.seconds("host_link.latency", host.get("latency", 0)),
         host_fallback_latency_s=read.seconds("host_fallback_cost.latency", fallback.get("latency", 0)),
         op_overhead_s=read.seconds("op_overhead", data.get("op_overhead", 0)), fusion=fusion,
-        description=description, sources=read.sources)
+        chip_links=chip_links, description=description, sources=read.sources)
 
 
 class _Reader:
@@ -368,6 +395,20 @@ class _Reader:
         if not seconds >= 0 or seconds == float("inf"):
             raise self.fail(key, f"{value!r} must be a finite, non-negative time")
         return seconds
+
+    def chip_links(self, links: Mapping[str, Any]) -> ChipLinks | None:
+        """The `chip_links` section (empty: none): bandwidth required, latency, topology and chips optional."""
+        if not links:
+            return None
+        topology = links.get("topology", "ring")
+        if topology not in TOPOLOGIES:
+            raise self.fail("chip_links.topology", f"must be one of {', '.join(TOPOLOGIES)}, got {topology!r}")
+        chips = links.get("chips")
+        return ChipLinks(
+            self.positive("chip_links.bandwidth", self.required(links, "chip_links.bandwidth", "'100 GB/s'"),
+                          "bandwidth"),
+            self.seconds("chip_links.latency", links.get("latency", 0)), topology,
+            self.count("chip_links.chips", chips) if chips is not None else None)
 
     def count(self, key: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -1,7 +1,7 @@
 """A model's operator graph as a table, from a captured run's recorded shapes or from one forward of a torch model.
 
 | order | name | kind | layer | dtype | batch | m | k | n | elements | transcendental | flops | bytes | out_bytes |
-  measured_ns |
+  measured_ns | inputs_from | weight_input |
 
 One row per operator call in program order. FLOPs and bytes come from `workbench.analysis.op_cost` (its rules and
 its compulsory-traffic bytes); this module adds what projection needs besides: the `kind` (`OP_KINDS`), the GEMM
@@ -11,6 +11,12 @@ D x Tk, its second product Tq x Tk by Tk x Dv projected with the same tiles), th
 how many of them need a transcendental function (exp, tanh, erf, ...: one per softmax element), and the bytes of
 the output (for fusion). `layer` is the module that ran the operator (from a forward) or "" (from a trace);
 `block_of` groups layers into the model's blocks.
+
+The dataflow, from a forward only (a trace records no tensor identities: there both are None): `inputs_from` is the
+tuple of the orders of the earlier rows that wrote the operator's tensor inputs, found by storage identity so that
+the views the graph leaves out (a reshape, a transpose, a head split) still link producer to consumer; inputs no row
+wrote (the model's inputs, its weights) add nothing. `weight_input` says whether an input is a parameter or buffer of
+the module: a weight. Tensor-parallel projection (`workbench.codesign.sharding`) propagates its sharding along them.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from workbench.analysis.op_cost import (
 from workbench.codesign.description import TARGET_DTYPES
 
 GRAPH_COLUMNS = ("order", "name", "kind", "layer", "dtype", "batch", "m", "k", "n", "elements", "transcendental",
-                 "flops", "bytes", "out_bytes", "measured_ns")
+                 "flops", "bytes", "out_bytes", "measured_ns", "inputs_from", "weight_input")
 TRANSCENDENTAL = frozenset({"exp", "log", "sin", "cos", "tanh", "tanh_", "gelu", "gelu_", "silu", "silu_", "sigmoid",
                             "sigmoid_", "erf", "pow", "rsqrt", "sqrt", "mish", "elu"})
 """Elementwise ops whose every output element needs a transcendental function on the vector units."""
@@ -98,7 +104,7 @@ def graph_row(name: str, shapes: Sequence[Any], dtypes: Sequence[str], concrete:
     row: dict[str, Any] = {"name": base_name(name), "kind": kind, "layer": layer, "dtype": dtype, "batch": np.nan,
                            "m": np.nan, "k": np.nan, "n": np.nan, "elements": np.nan, "transcendental": 0.0,
                            "flops": flops, "bytes": moved, "out_bytes": np.nan if out_bytes is None else out_bytes,
-                           "measured_ns": np.nan}
+                           "measured_ns": np.nan, "inputs_from": None, "weight_input": None}
     item = ITEM_BYTES.get(dtype or "fp32", 4)
     op = base_name(name)
     if kind in ("matmul", "conv", "attention"):
@@ -174,14 +180,31 @@ def graph_from_trace(events: pd.DataFrame, window: tuple[int, int] | None = None
 def graph_from_model(module: Any, inputs: Sequence[Any], *, timed: bool = False) -> pd.DataFrame:
     """The graph of one forward of a torch `module` on `inputs` (eval, no grad): every aten op that computes or
     moves data (views and ops whose output aliases an input are left out), attributed to the innermost module
-    that ran it. With `timed`, `measured_ns` is each op's wall time in this eager forward (for validation)."""
+    that ran it. With `timed`, `measured_ns` is each op's wall time in this eager forward (for validation). Each
+    row's `inputs_from` and `weight_input` (the module docstring) come from its tensors' storages: a storage's
+    writer is the last recorded row whose output lives in it, held by a weak reference so that a storage freed and
+    another allocated at the same address is never taken for it."""
+    import weakref
+
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
 
     from workbench.quant.layers import observed_forward
 
     stack: list[str] = []
     rows: list[dict[str, Any]] = []
+    weights = [t.untyped_storage() for t in (*module.parameters(), *module.buffers()) if t.numel()]
+    weight_ids = {id(storage) for storage in weights}  # `weights` keeps them alive, so the ids stay theirs
+    writers: dict[int, tuple[Any, int]] = {}  # id(storage) -> (a weak reference to it, the order that wrote it)
+
+    def storages_of(values: Any) -> list[Any]:
+        return [leaf.untyped_storage() for leaf in tree_leaves(values)
+                if isinstance(leaf, torch.Tensor) and leaf.numel()]
+
+    def written_by(storage: Any) -> int | None:
+        entry = writers.get(id(storage))
+        return entry[1] if entry is not None and entry[0]() is storage else None
 
     def tensors(values: Any) -> list[torch.Tensor]:
         flat = values if isinstance(values, list | tuple) else [values]
@@ -199,6 +222,7 @@ def graph_from_model(module: Any, inputs: Sequence[Any], *, timed: bool = False)
             if any(t.numel() and t.untyped_storage().data_ptr() in storages for t in outputs) and \
                     op_kind(func._overloadpacket.__name__) == "other":
                 return result  # a reshape that aliases its input moves nothing
+            read, wrote = storages_of((args, kwargs)), storages_of(result)
             shapes = [list(a.shape) if isinstance(a, torch.Tensor) else None for a in args]
             dtypes = [_RECORDED.get(_canonical(a.dtype), "") if isinstance(a, torch.Tensor) else "Scalar"
                       for a in args]
@@ -209,7 +233,14 @@ def graph_from_model(module: Any, inputs: Sequence[Any], *, timed: bool = False)
                             layer=stack[-1] if stack else TOP_LEVEL, extra_bytes=moved, out_bytes=float(out))
             if row is not None:
                 row["measured_ns"] = float(elapsed) if timed else np.nan
+                row["inputs_from"] = tuple(dict.fromkeys(o for o in map(written_by, read) if o is not None))
+                row["weight_input"] = any(id(storage) in weight_ids for storage in read)
                 rows.append(row)
+            for storage in wrote:  # an unrecorded op's output has no writer the graph knows
+                if row is None:
+                    writers.pop(id(storage), None)
+                else:
+                    writers[id(storage)] = (weakref.ref(storage), len(rows) - 1)
             return result
 
     def enter(name: str):

@@ -26,6 +26,7 @@ Findings (`guidance` returns those that apply, largest gain first):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +70,15 @@ class Finding:
         return {"kind": self.kind, "title": self.title, "change": self.change, "gain_ns": self.gain_ns,
                 "gain_share": self.gain_share, "step_ns": self.step_ns, "step": self.step,
                 "evidence": self.evidence.replace({np.nan: None}).to_dict("records")}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Finding:
+        """A finding back from `to_dict` (the CLI's JSON of it): its evidence rows a DataFrame again, a column
+        of only nulls as NaN (as the finding held it)."""
+        evidence = pd.DataFrame.from_records(data["evidence"])
+        evidence = evidence.apply(lambda c: c.astype("float64") if c.isna().all() else c)
+        return cls(data["kind"], data["title"], data["change"], evidence, float(data["gain_ns"]),
+                   float(data["step_ns"]), data.get("step", "step"))
 
 
 def guidance(graph: pd.DataFrame, description: Description, *, steps: int = 1, llm: LLMConfig | None = None,

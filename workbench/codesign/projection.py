@@ -27,8 +27,16 @@ is as large as the matrix output, joins its group: the intermediate it reads and
 leave the chip, so its bytes lose 2·output (a residual add still reads its residual). A group pays one
 `op_overhead`. A description with `fusion: false` (eager execution) fuses nothing.
 
-Time per operator: max(compute, memory) + overhead (host time for a fallback); `bound` is the largest term
-(compute, memory, on-chip, overhead, host).
+Several chips (`chips` = p > 1): tensor-parallel, Megatron-style (`workbench.codesign.sharding` states the rule: a
+weight's matrix operator on a replicated input is column-parallel, on a sharded one row-parallel and all-reduced,
+attention on sharded inputs splits its heads, other operators on sharded inputs run on 1/p of it, the rest in full
+on every chip; a graph without dataflow, a captured trace's, stays replicated). Each operator's figures are its
+busiest chip's; `shard` says how it splits and `comm_ns` is the all-reduce after it over the chip links, which waits
+for the operator and is waited for by the next (nothing overlaps it). On one chip every operator is replicated and
+`comm_ns` is 0: the projection is the one-chip projection.
+
+Time per operator: max(compute, memory) + overhead (host time for a fallback) + comm; `bound` is the largest term
+(compute, memory, on-chip, overhead, host, chip-link).
 """
 
 from __future__ import annotations
@@ -43,20 +51,24 @@ import pandas as pd
 from workbench.analysis.op_cost import ITEM_BYTES
 from workbench.codesign.description import AcceleratorSpecError, Description
 from workbench.codesign.graph import block_of
+from workbench.codesign.sharding import all_reduce_s, chip_links, shard_graph
 
 PROJECTION_COLUMNS = ("order", "name", "kind", "layer", "dtype", "unit", "run_dtype", "tiles", "utilization",
                       "compute_ns", "memory_ns", "on_chip_ns", "host_ns", "overhead_ns", "time_ns", "bound", "group",
-                      "flops", "bytes", "off_chip_bytes", "measured_ns", "block")
+                      "flops", "bytes", "off_chip_bytes", "measured_ns", "block", "comm_ns", "shard")
 MATRIX_KINDS = frozenset({"matmul", "conv", "attention"})
 VECTOR_KINDS = frozenset({"elementwise", "softmax", "norm"})
 
 
-def project(graph: pd.DataFrame, description: Description) -> pd.DataFrame:
-    """Each operator of `graph` on `description` (the module docstring's model), columns `PROJECTION_COLUMNS`;
-    times in ns. `attrs["description"]` names the device."""
+def project(graph: pd.DataFrame, description: Description, chips: int = 1) -> pd.DataFrame:
+    """Each operator of `graph` on `description` (the module docstring's model), on `chips` chips tensor-parallel;
+    columns `PROJECTION_COLUMNS`, times in ns. `attrs`: "description" names the device, "chips" the count and
+    "dataflow" whether the graph said which operator fed which (without it nothing shards)."""
+    links = chip_links(description, chips)
+    plan = shard_graph(graph, chips)
     rows: list[dict[str, Any]] = []
     group: dict[str, Any] | None = None  # the open fusion group: its leader's order and output bytes
-    for op in graph.to_dict("records"):
+    for op, shard, reduced in zip(plan.graph.to_dict("records"), plan.shard, plan.all_reduce_bytes, strict=True):
         native = op["kind"] in description.native_ops
         fused = (description.fusion and group is not None and native and op["kind"] == "elementwise"
                  and not _missing(op["out_bytes"]) and math.isclose(op["out_bytes"], group["out_bytes"]))
@@ -72,16 +84,21 @@ def project(graph: pd.DataFrame, description: Description) -> pd.DataFrame:
                 group = None
         row["overhead_ns"] = 0.0 if fused or not native else description.op_overhead_s * 1e9
         row["group"] = group["order"] if group is not None else -1
+        if shard == "row":  # its output leaves the chip for the all-reduce: nothing fuses after it
+            group = None
+        row["comm_ns"] = all_reduce_s(reduced, chips, links) * 1e9 if links is not None else 0.0
+        row["shard"] = shard
         rows.append({**{k: op[k] for k in ("order", "name", "kind", "layer", "dtype", "flops", "bytes",
                                            "measured_ns")}, **row})
     frame = pd.DataFrame(rows, columns=list(PROJECTION_COLUMNS))
     terms = frame[["compute_ns", "memory_ns", "on_chip_ns", "host_ns"]].fillna(0.0)
-    frame["time_ns"] = np.maximum.reduce([terms[c].to_numpy() for c in terms]) + frame["overhead_ns"].fillna(0.0)
-    bounds = pd.concat([terms, frame[["overhead_ns"]].fillna(0.0)], axis=1)
-    frame["bound"] = bounds.idxmax(axis=1).str.removesuffix("_ns").str.replace("_", "-")
+    frame["time_ns"] = (np.maximum.reduce([terms[c].to_numpy() for c in terms]) + frame["overhead_ns"].fillna(0.0)
+                        + frame["comm_ns"])
+    bounds = pd.concat([terms, frame[["overhead_ns", "comm_ns"]].fillna(0.0)], axis=1)
+    frame["bound"] = bounds.idxmax(axis=1).str.removesuffix("_ns").str.replace("_", "-").replace("comm", "chip-link")
     frame.loc[frame["time_ns"] <= 0, "bound"] = "none"
     frame["block"] = frame["layer"].fillna("").map(block_of)
-    frame.attrs["description"] = description.name
+    frame.attrs.update(description=description.name, chips=chips, dataflow=plan.dataflow)
     return frame
 
 

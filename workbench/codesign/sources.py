@@ -1,4 +1,5 @@
-"""What `workbench project` and `wb.project` project: a captured run (its measured steps' ops) or a model (one
+"""What `workbench project` and `wb.project` project: a captured run (its measured steps' ops), a model file (an
+ONNX model, a saved torch.export program, an XLA HLO module: `workbench.codesign.file_graphs`) or a model (one
 forward of its example inputs), as an operator graph and the number of steps it covers."""
 
 from __future__ import annotations
@@ -111,10 +112,29 @@ def llm_config(loaded: LoadedModel, ref: str, overrides: Mapping[str, Any]) -> L
     return None
 
 
-def graph_source(ref: str, root: str | Path, *, batch: int = 1, seq: int | None = None) -> GraphSource:
-    """A run when `ref` names one under `root` (or a bundle folder), else a model reference."""
+def file_graph(ref: str, shapes: Mapping[str, Any] | None = None) -> GraphSource | None:
+    """The graph of a model file `ref` names (a path, or `onnx:<path>`): ONNX (its dynamic input dims from
+    `shapes`), a saved torch.export program or XLA HLO text; None when `ref` names no such file."""
+    from workbench.codesign.file_graphs import file_kind, graph_from_file
+
+    path = Path(ref.removeprefix("onnx:"))
+    kind = file_kind(path) if path.is_file() else None
+    if kind is None:
+        if shapes:
+            raise WorkbenchError(f"--shape gives input sizes of an ONNX file; {ref!r} is not one")
+        return None
+    return GraphSource(graph_from_file(path, shapes), f"{kind} file {path.name}", 1)
+
+
+def graph_source(ref: str, root: str | Path, *, batch: int = 1, seq: int | None = None,
+                 shapes: Mapping[str, Any] | None = None) -> GraphSource:
+    """A model file when `ref` names one (`file_graph`), a run when it names one under `root` (or a bundle
+    folder), else a model reference."""
     from workbench.trace.store.bundle import open_bundle
 
+    from_file = file_graph(ref, shapes)
+    if from_file is not None:
+        return from_file
     try:
         bundle = open_bundle(ref, root)
     except WorkbenchError:

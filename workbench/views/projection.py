@@ -1,11 +1,13 @@
 """The projection report (`workbench project --html`): a model's operators projected onto an accelerator as bars
 coloured by what bounds each, its time per operator kind, the sensitivity sweeps as step time against each knob's
-value per model, and the guidance findings with their evidence."""
+value per model, and the guidance findings with their evidence. `result_view` draws it from the CLI's JSON alone,
+so the HTML report and the panel's projection jobs (`server/project_handlers.py`) draw the same."""
 
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -15,6 +17,8 @@ from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from workbench.codesign.guidance import Finding, shape_text
+from workbench.codesign.projection import PROJECTION_COLUMNS
+from workbench.codesign.sensitivity import SET_COLUMNS, SWEEP_COLUMNS
 from workbench.views._table import duration_unit, frame_source
 from workbench.views.text_tables import TextTable, cells, format_count, format_duration, html_table
 
@@ -170,3 +174,37 @@ def projection_view(heading: str, *, projection: pd.DataFrame | None = None, ste
     if findings:
         parts.append(guidance_tables(findings, width=width))
     return column(*parts)
+
+
+def result_view(result: Mapping[str, Any], *, width: int = 1100) -> LayoutDOM:
+    """The report of a `workbench project --json` result, drawn from it alone: a model's or run's (`ops`) operator
+    bars and kind totals, its sweeps as curves (one model: the result's title) and its guidance; or a model set's
+    curves and tables."""
+    if "ops" not in result:
+        table = pd.DataFrame.from_records(result["sweeps"], columns=list(SET_COLUMNS))
+        return projection_view(result["title"], sweeps=table, tables=set_tables(result), width=width)
+    label = result["title"]
+    projection = pd.DataFrame.from_records(result["ops"], columns=list(PROJECTION_COLUMNS))
+    swept = [pd.DataFrame.from_records(rows, columns=list(SWEEP_COLUMNS)) for rows in result["sweeps"]]
+    curves = pd.concat([t.assign(model=label, ratio=1.0 / t["speedup"]) for t in swept]) if swept else None
+    return projection_view(f"{label} on {result['accelerator']}: {format_duration(result['step_ns'])} per step",
+                           projection=projection, steps=result["steps"],
+                           findings=[Finding.from_dict(f) for f in result["guidance"]], sweeps=curves, width=width)
+
+
+def set_tables(result: Mapping[str, Any]) -> list[TextTable]:
+    """A model set's tables (`workbench project --models --json`): per knob each model's step ratio at each value,
+    then which knob buys the most."""
+    table = pd.DataFrame.from_records(result["sweeps"], columns=list(SET_COLUMNS))
+    steps = {row["model"]: row["step_ns"] for row in result["models"]}
+    tables = []
+    for name, rows in table.groupby("figure", sort=False):
+        values = list(dict.fromkeys(rows["value"]))
+        ratios = rows.pivot(index="model", columns="value", values="ratio")
+        tables.append(TextTable(f"sweep: {name} (step / as written)", ("model", "step as written", *values), tuple(
+            cells(model, format_duration(steps[model]), *(f"{ratios.loc[model, v]:.2f}" for v in values))
+            for model in steps), left=frozenset({"model"})))
+    tables.append(TextTable("which knob buys the most", ("model", "knob", "value", "speedup"), tuple(
+        cells(row["model"], row["figure"], row["value"], f"{row['speedup']:.2f}x") for row in result["buys_most"]),
+        left=frozenset({"model", "knob", "value"})))
+    return tables
