@@ -173,8 +173,8 @@ def test_onnx_dynamic_dims_are_sized_by_shapes_never_guessed(tmp_path: Path) -> 
     path = _save(_small_model(batch="batch"), tmp_path / "dynamic.onnx")
     with pytest.raises(WorkbenchError) as error:
         graph_from_onnx(path)
-    assert str(error.value) == (f"{path}: input 'x' dim 0 ('batch') is dynamic: give its size through "
-                                "shapes={'x': (...)}")
+    assert str(error.value) == (f"{path}: input 'x' dim 0 ('batch') is dynamic: give its size (--shape x=DIMS, "
+                                "or shapes={'x': (...)})")
     graph = graph_from_onnx(path, {"x": (8, 100)})
     assert graph.iloc[0][["m", "flops"]].tolist() == [8, 2 * 8 * 100 * 128]
     with pytest.raises(WorkbenchError, match=r"shapes\['img'\] dim 2 = 16, but the model fixes it at 32$"):
@@ -385,3 +385,21 @@ def test_project_sources_read_model_files(tmp_path: Path) -> None:
         graph_source(str(hlo_path), tmp_path, shapes={"x": (1,)})
     with pytest.raises(WorkbenchError, match="'mlp' is not one"):
         graph_source("mlp", tmp_path, shapes={"x": (1,)})
+
+
+def test_cli_projects_an_onnx_file_with_its_input_sizes(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from workbench.cli import main
+
+    path = _save(_small_model(batch="batch"), tmp_path / "dynamic.onnx")
+    args = ["project", str(path), "--accelerator", "tpu-v5e", "--out", str(tmp_path), "--json"]
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 2 and "--shape x=DIMS" in refused.output
+    done = CliRunner().invoke(main, [*args, "--shape", "x=8x100"])
+    assert done.exit_code == 0, done.output
+    result = json.loads(done.stdout)
+    first = next(op for op in result["ops"] if op["kind"] == "matmul")
+    assert first["flops"] == 2 * 8 * 100 * 128 and result["source"] == "onnx file dynamic.onnx"

@@ -22,7 +22,7 @@ EVIDENCE_ROWS = 5
 
 
 @click.command()
-@click.argument("target", metavar="MODEL|RUN", required=False)
+@click.argument("target", metavar="MODEL|RUN|FILE", required=False)
 @click.option("--accelerator", "accelerator", required=True, metavar="FILE|NAME",
               help="An accelerator description (YAML, docs/accelerators.md), a built-in device name or cpu.")
 @click.option("--models", default=None, metavar="M1,M2,...",
@@ -40,24 +40,27 @@ EVIDENCE_ROWS = 5
               help="Project the graph at this precision (its floating-point operators' bytes and dtype).")
 @click.option("--batch", default=1, show_default=True, type=click.IntRange(min=1), help="A model's batch size.")
 @click.option("--seq", default=None, type=click.IntRange(min=1), help="A sequence model's length (its default).")
+@click.option("--shape", "shapes", multiple=True, metavar="NAME=DIMS",
+              help="An ONNX file's input size, e.g. --shape tokens=2x32 (repeatable; every dynamic dim needs one).")
 @click.option("--top", default=15, show_default=True, type=click.IntRange(min=0), help="Operators printed.")
 @click.option("--html", "html_path", default=None, metavar="FILE", type=click.Path(dir_okay=False),
               help="Also write the report as one HTML file: operators by bound, kinds, sweep curves, guidance.")
 @out_option
 @json_option
 def project(target: str | None, accelerator: str, models: str | None, sweeps: tuple[str, ...], chips: str | None,
-            dtype: str | None, batch: int, seq: int | None, top: int, html_path: str | None, out_dir: str | None,
-            as_json: bool) -> None:
-    """Project MODEL (one forward of its example inputs) or RUN (a captured run's measured steps, from recorded
-    shapes) onto an accelerator: per operator its unit, array utilization, compute and memory time, bound and
-    fusion group; totals per step, per operator kind and per block of layers; guidance (what fits the chip badly
-    and what a change would save, projected again). With --models, the step of each model and its ratio at every
-    --sweep value, and which knob buys the most. With --chips, the step on each chip count, sharded tensor-parallel
-    (docs/accelerators.md, "Several chips")."""
+            dtype: str | None, batch: int, seq: int | None, shapes: tuple[str, ...], top: int, html_path: str | None,
+            out_dir: str | None, as_json: bool) -> None:
+    """Project MODEL (one forward of its example inputs), RUN (a captured run's measured steps, from recorded
+    shapes) or a model FILE (ONNX, a torch.export .pt2, XLA HLO text) onto an accelerator: per operator its unit,
+    array utilization, compute and memory time, bound and fusion group; totals per step, per operator kind and per
+    block of layers; guidance (what fits the chip badly and what a change would save, projected again). With
+    --models, the step of each model and its ratio at every --sweep value, and which knob buys the most. With
+    --chips, the step on each chip count, sharded tensor-parallel (docs/accelerators.md, "Several chips")."""
     from workbench.codesign.description import resolve_description
     from workbench.codesign.sensitivity import parse_chips, parse_sweep
     from workbench.codesign.sharding import chip_links
     from workbench.errors import WorkbenchError
+    from workbench.models.onnx_file import shape_overrides
 
     with errors():
         if (target is None) == (models is None):
@@ -79,7 +82,8 @@ def project(target: str | None, accelerator: str, models: str | None, sweeps: tu
             result, view = _model_set(models, description, knobs, dtype, batch)
         else:
             assert target is not None
-            result, view = _one(target, description, knobs, dtype, batch, seq, out_dir, counts)
+            result, view = _one(target, description, knobs, dtype, batch, seq, out_dir, counts,
+                                shape_overrides(shapes).get("shapes"))
         if html_path:
             from workbench.report import write_report
 
@@ -96,7 +100,7 @@ def project(target: str | None, accelerator: str, models: str | None, sweeps: tu
 
 
 def _one(target: str, description: Any, knobs: list, dtype: str | None, batch: int, seq: int | None,
-         out_dir: str | None, counts: list[int]) -> tuple[dict[str, Any], Any]:
+         out_dir: str | None, counts: list[int], shapes: dict[str, Any] | None = None) -> tuple[dict[str, Any], Any]:
     """One model or run: its projection, totals, guidance and sweeps (the result), on several chips when `counts`
     are given (the sweeps then on the largest), and its view's builder."""
     from workbench.codesign.graph import at_dtype
@@ -105,7 +109,7 @@ def _one(target: str, description: Any, knobs: list, dtype: str | None, batch: i
     from workbench.codesign.sensitivity import sweep
     from workbench.codesign.sources import graph_source
 
-    source = graph_source(target, checked_root(out_dir, writing=False), batch=batch, seq=seq)
+    source = graph_source(target, checked_root(out_dir, writing=False), batch=batch, seq=seq, shapes=shapes)
     graph = at_dtype(source.graph, dtype) if dtype else source.graph
     projection = project(graph, description)
     findings = guidance(graph, description, steps=source.steps, llm=source.llm, batch=source.batch,

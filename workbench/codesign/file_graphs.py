@@ -137,13 +137,13 @@ def _fix_input_shapes(path: Path, model: Any, shapes: dict[str, Sequence[int]]) 
         given = shapes.get(value.name)
         if given is None:
             if declared is None:
-                raise WorkbenchError(f"{path}: input {value.name!r} declares no shape: give it through shapes="
-                                     f"{{{value.name!r}: (...)}}")
+                raise WorkbenchError(f"{path}: input {value.name!r} declares no shape: give it (--shape "
+                                     f"{value.name}=DIMS, or shapes={{{value.name!r}: (...)}})")
             for position, dim in enumerate(declared):
                 if not (dim.HasField("dim_value") and dim.dim_value > 0):
                     symbol = f" ({dim.dim_param!r})" if dim.dim_param else ""
                     raise WorkbenchError(f"{path}: input {value.name!r} dim {position}{symbol} is dynamic: give its "
-                                         f"size through shapes={{{value.name!r}: (...)}}")
+                                         f"size (--shape {value.name}=DIMS, or shapes={{{value.name!r}: (...)}})")
             continue
         dims = [int(d) for d in given]
         if any(d < 1 for d in dims) or (declared is not None and len(declared) != len(dims)):
