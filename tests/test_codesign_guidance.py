@@ -234,3 +234,18 @@ def test_project_one_model_prints_guidance_and_writes_the_report(tmp_path: Path)
         assert text in page
     text = CliRunner().invoke(main, ["project", "tiny-gpt", "--accelerator", str(path)])
     assert text.exit_code == 0 and "guidance 1 (" in text.output
+
+
+def test_notebook_guidance_and_dtype_equal_the_cli(tmp_path: Path) -> None:
+    import workbench as wb
+
+    args = ["project", "tiny-gpt", "--accelerator", "tpu-v5e", "--dtype", "bf16", "--out", str(tmp_path), "--json"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    cli = json.loads(result.stdout)
+    table = wb.project("tiny-gpt", "tpu-v5e", dtype="bf16", root=tmp_path)
+    assert table["time_ns"].sum() == pytest.approx(cli["step_ns"])
+    found = wb.project_guidance("tiny-gpt", "tpu-v5e", dtype="bf16", root=tmp_path)
+    assert found[["kind", "gain_ns"]].to_dict("records") == [
+        {"kind": g["kind"], "gain_ns": pytest.approx(g["gain_ns"])} for g in cli["guidance"]]
+    assert all(len(evidence) for evidence in found["evidence"])

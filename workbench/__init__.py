@@ -16,9 +16,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = ["call_tree", "capture", "compare", "comparison", "critical_path", "crossovers", "diff", "findings",
-           "fusion", "fusion_detail", "idle", "pareto", "project", "provenance", "quant_compare", "quant_plan",
-           "quant_sensitivity", "ranks", "replay", "roofline", "serve", "show", "show_diff", "show_ranks",
-           "show_serving", "sql", "sweep_table"]
+           "fusion", "fusion_detail", "idle", "pareto", "project", "project_guidance", "provenance", "quant_compare",
+           "quant_plan", "quant_sensitivity", "ranks", "replay", "roofline", "serve", "show", "show_diff",
+           "show_ranks", "show_serving", "sql", "sweep_table"]
 
 
 def __getattr__(name: str) -> Any:

@@ -407,19 +407,53 @@ def quant_plan(model: str = "tiny-gpt", fmt: str = "int4/group32", *, min_sqnr_d
 
 
 def project(target: str | RunRef | Sequence[RunRef], accelerator: str | Path, *, batch: int = 1,
-            seq: int | None = None, root: str | Path | None = None) -> pd.DataFrame:
-    """A model (a reference `load_model` takes: one forward of its example inputs) or a run (its measured steps)
-    projected onto an accelerator description, as `workbench project` does: one row per operator, columns
-    `workbench.codesign.projection.PROJECTION_COLUMNS`; per kind or layer: `projection.totals(table, "kind")`."""
+            seq: int | None = None, chips: int = 1, dtype: str | None = None,
+            shapes: dict[str, Sequence[int]] | None = None, root: str | Path | None = None) -> pd.DataFrame:
+    """A model (a reference `load_model` takes: one forward of its example inputs), a model file (ONNX with its
+    input `shapes`, a torch.export .pt2, XLA HLO text) or a run (its measured steps) projected onto an accelerator
+    description, as `workbench project` does: one row per operator, columns
+    `workbench.codesign.projection.PROJECTION_COLUMNS`; per kind or layer: `projection.totals(table, "kind")`.
+    `chips` > 1 shards it tensor-parallel over the description's chip links; `dtype` projects it at another
+    precision."""
     from workbench.codesign.description import resolve_description
     from workbench.codesign.projection import project as project_graph
+
+    return project_graph(_projected_graph(target, batch, seq, dtype, shapes, root).graph,
+                         resolve_description(accelerator), chips)
+
+
+def project_guidance(target: str | RunRef | Sequence[RunRef], accelerator: str | Path, *, batch: int = 1,
+                     seq: int | None = None, dtype: str | None = None, shapes: dict[str, Sequence[int]] | None = None,
+                     root: str | Path | None = None) -> pd.DataFrame:
+    """What in the model fits the accelerator badly and what a change would save (`workbench project`'s guidance):
+    one row per finding, largest gain first: kind, title, change, gain_ns, gain_share, step and its `evidence`
+    (a DataFrame of the operators that show it)."""
+    import pandas as pd
+
+    from workbench.codesign.description import resolve_description
+    from workbench.codesign.guidance import guidance
+
+    source = _projected_graph(target, batch, seq, dtype, shapes, root)
+    found = guidance(source.graph, resolve_description(accelerator), steps=source.steps, llm=source.llm,
+                     batch=source.batch, context=source.seq)
+    return pd.DataFrame([{"kind": f.kind, "title": f.title, "change": f.change, "gain_ns": f.gain_ns,
+                          "gain_share": f.gain_share, "step": f.step, "evidence": f.evidence} for f in found],
+                        columns=["kind", "title", "change", "gain_ns", "gain_share", "step", "evidence"])
+
+
+def _projected_graph(target: str | RunRef | Sequence[RunRef], batch: int, seq: int | None, dtype: str | None,
+                     shapes: dict[str, Sequence[int]] | None, root: str | Path | None) -> Any:
+    """The `GraphSource` of what `project` projects, at `dtype` when given."""
+    from dataclasses import replace
+
+    from workbench.codesign.graph import at_dtype
     from workbench.codesign.sources import graph_source, run_graph
 
-    if isinstance(target, str):  # a run id or bundle path, else a model reference
-        source = graph_source(target, traces_root(root), batch=batch, seq=seq)
+    if isinstance(target, str):  # a model file, a run id or bundle path, else a model reference
+        source = graph_source(target, traces_root(root), batch=batch, seq=seq, shapes=shapes)
     else:
         source = run_graph(_one(target, root, "project"))
-    return project_graph(source.graph, resolve_description(accelerator))
+    return replace(source, graph=at_dtype(source.graph, dtype)) if dtype else source
 
 
 def _rank_aggregates(experiment: str, root: str | Path | None, cluster: str, threshold: float) -> Any:
