@@ -20,6 +20,8 @@ The detailed form (docs/accelerators.md has a worked example):
     native_ops: [matmul, conv, attention, elementwise, softmax, norm, copy]   # default: all of OP_KINDS
     host_fallback_cost: {latency: 20 us}           # per fallen-back operator, besides the link transfer
     op_overhead: 1 us                              # launch cost of each operator (each fused group) on the chip
+    op_floor: 2 us                                 # shortest an operator (a fused group) runs once started: a GPU
+                                                   # kernel's ramp-up and drain; its time is at least this
     fusion: true                                   # elementwise chains fuse into the matmul before them
 
 A matrix rate is a FLOP/s figure like the device table's peaks; with the array, the count and the clock it gives
@@ -59,7 +61,7 @@ TARGET_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8")
 """Dtypes a graph may be projected at (`graph.at_dtype`; int8: weights and activations quantized)."""
 
 DETAILED_KEYS = frozenset({"matrix_units", "vector_units", "memory_levels", "off_chip", "host_link", "native_ops",
-                           "host_fallback_cost", "op_overhead", "fusion", "chip_links"})
+                           "host_fallback_cost", "op_overhead", "op_floor", "fusion", "chip_links"})
 """Keys that mark the detailed form (a file with none of them is read as the short form)."""
 TOP_KEYS = frozenset({"name", "kind", "description", "clock", "price_per_hour", *DETAILED_KEYS})
 SHORT_ONLY = {"peak_flops": "matrix_units.rates", "memory_bandwidth": "off_chip.bandwidth",
@@ -126,6 +128,7 @@ class Description:
     host_link_latency_s: float = 0.0
     host_fallback_latency_s: float = 0.0
     op_overhead_s: float = 0.0
+    op_floor_s: float = 0.0
     fusion: bool = True
     chip_links: ChipLinks | None = None
     description: str = ""
@@ -325,7 +328,8 @@ def parse_description(data: Any, *, origin: object) -> Description:
                              if "bandwidth" in host else None),
         host_link_latency_s=read.seconds("host_link.latency", host.get("latency", 0)),
         host_fallback_latency_s=read.seconds("host_fallback_cost.latency", fallback.get("latency", 0)),
-        op_overhead_s=read.seconds("op_overhead", data.get("op_overhead", 0)), fusion=fusion,
+        op_overhead_s=read.seconds("op_overhead", data.get("op_overhead", 0)),
+        op_floor_s=read.seconds("op_floor", data.get("op_floor", 0)), fusion=fusion,
         chip_links=chip_links, description=description, sources=read.sources)
 
 

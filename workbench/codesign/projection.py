@@ -35,8 +35,10 @@ busiest chip's; `shard` says how it splits and `comm_ns` is the all-reduce after
 for the operator and is waited for by the next (nothing overlaps it). On one chip every operator is replicated and
 `comm_ns` is 0: the projection is the one-chip projection.
 
-Time per operator: max(compute, memory) + overhead (host time for a fallback) + comm; `bound` is the largest term
-(compute, memory, on-chip, overhead, host, chip-link).
+Time per operator: max(compute, memory, floor) + overhead (host time for a fallback) + comm, where the floor
+(`op_floor`) is the shortest an operator or fused group runs on the chip once started (a GPU kernel's ramp-up and
+drain, which no roofline term sees: small eager kernels take it whatever their work); `bound` is the largest term
+(compute, memory, on-chip, floor, overhead, host, chip-link).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from workbench.codesign.sharding import all_reduce_s, chip_links, shard_graph
 
 PROJECTION_COLUMNS = ("order", "name", "kind", "layer", "dtype", "unit", "run_dtype", "tiles", "utilization",
                       "compute_ns", "memory_ns", "on_chip_ns", "host_ns", "overhead_ns", "time_ns", "bound", "group",
-                      "flops", "bytes", "off_chip_bytes", "measured_ns", "block", "comm_ns", "shard")
+                      "flops", "bytes", "off_chip_bytes", "measured_ns", "block", "comm_ns", "shard", "floor_ns")
 MATRIX_KINDS = frozenset({"matmul", "conv", "attention"})
 VECTOR_KINDS = frozenset({"elementwise", "softmax", "norm"})
 
@@ -83,6 +85,7 @@ def project(graph: pd.DataFrame, description: Description, chips: int = 1) -> pd
             if not fused:
                 group = None
         row["overhead_ns"] = 0.0 if fused or not native else description.op_overhead_s * 1e9
+        row["floor_ns"] = 0.0 if fused or not native else description.op_floor_s * 1e9
         row["group"] = group["order"] if group is not None else -1
         if shard == "row":  # its output leaves the chip for the all-reduce: nothing fuses after it
             group = None
@@ -91,7 +94,7 @@ def project(graph: pd.DataFrame, description: Description, chips: int = 1) -> pd
         rows.append({**{k: op[k] for k in ("order", "name", "kind", "layer", "dtype", "flops", "bytes",
                                            "measured_ns")}, **row})
     frame = pd.DataFrame(rows, columns=list(PROJECTION_COLUMNS))
-    terms = frame[["compute_ns", "memory_ns", "on_chip_ns", "host_ns"]].fillna(0.0)
+    terms = frame[["compute_ns", "memory_ns", "on_chip_ns", "floor_ns", "host_ns"]].fillna(0.0)
     frame["time_ns"] = (np.maximum.reduce([terms[c].to_numpy() for c in terms]) + frame["overhead_ns"].fillna(0.0)
                         + frame["comm_ns"])
     bounds = pd.concat([terms, frame[["overhead_ns", "comm_ns"]].fillna(0.0)], axis=1)

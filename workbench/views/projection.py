@@ -23,10 +23,10 @@ from workbench.views._table import duration_unit, frame_source
 from workbench.views.text_tables import TextTable, cells, format_count, format_duration, html_table
 
 BOUND_COLORS: dict[str, str] = {"compute": "#4c72b0", "memory": "#55a868", "host fallback": "#c44e52",
-                                "launch overhead": "#ccb974", "none": "#b0b0b0"}
+                                "launch overhead": "#ccb974", "chip link": "#8172b2", "none": "#b0b0b0"}
 """Colour of each bound category of an operator's bar."""
 _CATEGORY = {"compute": "compute", "memory": "memory", "on-chip": "memory", "host": "host fallback",
-             "overhead": "launch overhead"}
+             "overhead": "launch overhead", "floor": "launch overhead", "chip-link": "chip link"}
 EVIDENCE_ROWS = 8
 """Evidence rows shown per finding (the slowest operators)."""
 
