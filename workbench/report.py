@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from bokeh.models import LayoutDOM, TabPanel, Tabs
 from bokeh.resources import INLINE
 
 from workbench.trace.store.bundle import Bundle
+from workbench.trace.store.mirror_bundle import write_atomic
 from workbench.trace.store.records import display_name
 
 
@@ -68,16 +68,9 @@ def write_run_report(bundles: Sequence[Bundle], path: str | os.PathLike[str], ti
 
 
 def write_report(layout: LayoutDOM, path: str | os.PathLike[str], title: str) -> Path:
-    """Write `layout` as one HTML file (BokehJS inline), atomically: a temp file renamed into place."""
+    """Write `layout` as one HTML file (BokehJS inline), atomically: a temp file renamed into place, readable as a
+    plain write would leave it (a report is for sharing)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    html = file_html(layout, INLINE, title)
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.",
-                                     suffix=".tmp", delete=False) as tmp:
-        try:
-            tmp.write(html)
-        except BaseException:
-            os.unlink(tmp.name)
-            raise
-    os.replace(tmp.name, path)
+    write_atomic(path, file_html(layout, INLINE, title))
     return path

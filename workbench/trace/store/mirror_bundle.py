@@ -108,8 +108,13 @@ def replace_folder(folder: Path, stage: Path) -> None:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a hidden sibling renamed into place."""
+    """Write `text` to `path` through a hidden sibling renamed into place (removed if the write fails), with the
+    permissions a plain write would give (the umask's)."""
     partial = path.with_name(scratch_name("tmp", path.name))
-    partial.write_text(text, encoding="utf-8")
+    try:
+        partial.write_text(text, encoding="utf-8")
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     os.replace(partial, path)
 
