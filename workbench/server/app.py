@@ -33,10 +33,12 @@ from jupyter_server.extension.application import ExtensionApp
 from traitlets import Float, Int, List, Unicode, validate
 
 from workbench.paths import TRACES_ENV
+from workbench.server.export_handlers import export_handlers
 from workbench.server.handlers import api_handlers
 from workbench.server.jobs import JobManager
 from workbench.server.manage_handlers import MAX_UPLOAD_BYTES, manage_handlers
 from workbench.server.model_policy import ModelPolicy
+from workbench.server.project_handlers import project_handlers
 from workbench.server.quant_handlers import quant_handlers
 from workbench.server.replay_handlers import replay_handlers
 from workbench.server.span_handlers import span_handlers
@@ -111,6 +113,8 @@ class WorkbenchServerApp(ExtensionApp):
         self.handlers.extend(manage_handlers(self.state, max_upload_bytes=self.max_upload_mb << 20))
         self.handlers.extend(quant_handlers(self.state))
         self.handlers.extend(replay_handlers(self.state))
+        self.handlers.extend(project_handlers(self.state))
+        self.handlers.extend(export_handlers(self.state))
         self.handlers.append((r"workbench/static/bokeh/(.*)", AuthenticatedFileHandler, {"path": str(bokehjs_path())}))
 
     async def stop_extension(self) -> None:

@@ -5,6 +5,8 @@
     GET    runs/<id>            one run's summary (`workbench show --json`; `?top=N` rows per op table)
     GET    runs/<id>/dashboard  {"run", "item"}: Bokeh `json_item` of the run's dashboard (`?width=N` pixels),
                                 after the views its kind adds (a generation run's)
+    GET    runs/<id>/export     `?format=perfetto|chrome`: the run as a trace file for Perfetto UI or
+                                chrome://tracing, an attachment (`export_handlers`)
     DELETE runs/<id>            delete the run (`workbench rm`); for a link to a run, the link only
     POST   compare              {"runs": [ids], "width"?: N, "baseline"?: id} -> {"runs", "baseline", "item"}:
                                 json_item of their comparison (against `baseline`, one of `runs`; without it the
@@ -25,8 +27,9 @@
 
 Beside these: the timeline's span routes (`span_handlers`, docs/api-spans.md), imports, uploads, deletions and SQL
 (`manage_handlers`), serving jobs (`serve_handlers`: `POST serve`), the quantization lab (`quant_handlers`:
-`POST quant`, `GET quant/<job>/view`) and the op replay of a run (`replay_handlers`: `POST replay`,
-`GET replay/<job>/view`).
+`POST quant`, `GET quant/<job>/view`), the op replay of a run (`replay_handlers`: `POST replay`,
+`GET replay/<job>/view`) and the accelerator projection of a model, a run or a model set (`project_handlers`:
+`GET project/options`, `POST project`, `GET project/<job>/view`).
 
 Everything a request carries is untrusted: run ids must pass `is_valid_run_id` (400 otherwise) and are
 opened with `allow_paths=False`, so they resolve strictly inside the traces root (symlinks included);

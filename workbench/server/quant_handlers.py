@@ -123,18 +123,15 @@ class QuantHandler(QuantRoute):
         """The request as checked (what the job shows) and the `workbench quant` arguments it becomes; 400 on the
         first bad field, ModelRefused for a model the policy refuses."""
         model = body.get("model")
-        if not _is_word(model) or model.startswith("-"):
-            raise ApiError(400, f"model: expected a model name (a built-in: {', '.join(_builtins())}), "
-                                f"got {model!r:.200}")
-        reference = _model(model, self.state)
+        reference = model_reference(model, self.state)
         request: dict[str, Any] = {"model": model}
         args = [f"--model={reference}"]
         weights = body.get("weights")
         if weights is not None:
             if weights not in ("trained", "random"):
                 raise ApiError(400, f"weights: expected \"trained\" or \"random\", got {weights!r:.100}")
-            if model not in _builtins():
-                raise ApiError(400, f"weights: applies to the built-in models ({', '.join(_builtins())}); "
+            if model not in builtin_models():
+                raise ApiError(400, f"weights: applies to the built-in models ({', '.join(builtin_models())}); "
                                     f"{model!r:.200} brings its own")
             request["weights"] = weights
             args.append(f"--weights={weights}")
@@ -197,19 +194,24 @@ def draw_lab(folder: Path, width: int | None) -> dict[str, Any]:
     return json_item(quant_view(lab.about, lab.recipes, lab.sensitivity, device=lab.device, **sized))
 
 
-def _builtins() -> list[str]:
+def builtin_models() -> list[str]:
+    """The names of the built-in models (what a job may always load)."""
     from workbench.models.registry import BUILTINS
 
     return list(BUILTINS)
 
 
-def _model(model: str, state: ServerState) -> str:
-    """The model reference the job gets: one `load_model` knows, as the server's policy allows it (ModelRefused)."""
+def model_reference(model: Any, state: ServerState) -> str:
+    """The model reference a job gets for the body's `model`: a name `load_model` knows, as the server's policy
+    allows it (400 naming the field otherwise; ModelRefused for one the policy refuses)."""
     from workbench.models.registry import model_source
 
+    if not is_word(model) or model.startswith("-"):
+        raise ApiError(400, f"model: expected a model name (a built-in: {', '.join(builtin_models())}), "
+                            f"got {model!r:.200}")
     if model_source(model, state.base) is None:
-        raise ApiError(400, f"model: {model!r:.200} names no model (a built-in: {', '.join(_builtins())}; or hf:, "
-                            "hf-config:, torchvision:, timm:, a factory or a model file the server allows)")
+        raise ApiError(400, f"model: {model!r:.200} names no model (a built-in: {', '.join(builtin_models())}; "
+                            "or hf:, hf-config:, torchvision:, timm:, a factory or a model file the server allows)")
     return state.policy.checked_model(model)
 
 
@@ -219,7 +221,7 @@ def _specs(name: str, values: Any, fewest: int, most: int, check: Any) -> list[s
         raise ApiError(400, f"{name}: expected a list of {fewest} to {most}, got {values!r:.200}")
     texts = []
     for value in values:
-        if not _is_word(value):
+        if not is_word(value):
             raise ApiError(400, f"{name}: expected texts (at most {MAX_TEXT} characters), got {value!r:.100}")
         texts.append(check(value.strip()))
     if len(set(texts)) < len(texts):
@@ -258,7 +260,7 @@ def _budget(value: Any) -> str:
     """An error budget as `--budget` reads it (`sqnr=30`, `kl=0.01`, or both)."""
     from workbench.quant.results import parse_budget
 
-    if not _is_word(value):
+    if not is_word(value):
         raise ApiError(400, f"budget: expected sqnr=DB and/or kl=NATS, e.g. sqnr=30, got {value!r:.100}")
     text = "".join(value.split())
     try:
@@ -278,7 +280,7 @@ def _device(value: Any) -> str:
     return value
 
 
-def _is_word(value: Any) -> bool:
+def is_word(value: Any) -> bool:
     """Whether `value` is a non-empty text of at most MAX_TEXT printable characters (one command-line word)."""
     return isinstance(value, str) and bool(value.strip()) and len(value) <= MAX_TEXT and value.isprintable()
 

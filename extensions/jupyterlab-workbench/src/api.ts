@@ -202,11 +202,71 @@ export interface IReplayResult {
   [key: string]: unknown;
 }
 
-/** A capture, import, serving, quantization or replay job as `GET jobs/<id>` describes it. */
+/**
+ * The body of `POST project` (`workbench/server/project_handlers.py`): a model, a run or a model set projected onto
+ * an accelerator (`workbench project`). Exactly one of `model`, `run`, `models`.
+ */
+export interface IProjectRequest {
+  /** A built-in model (or one the server's policy allows): one forward of its example inputs. */
+  model?: string;
+  /** A run of the traces root: its measured steps' ops with recorded shapes. */
+  run?: string;
+  /** Short names of the model set, swept together. */
+  models?: string[];
+  /** A device of the hardware table, or a description file relative to the traces root. */
+  accelerator: string;
+  /** Sweeps as `--sweep` takes them: `bandwidth=0.5,1,2,4`, `array=64x64,128x128`. */
+  sweeps?: string[];
+  /** Project the graph at this precision. */
+  dtype?: string;
+  batch?: number;
+  seq?: number;
+}
+
+/** What a projection job was asked for. */
+export interface IProjectJobRequest {
+  project: IProjectRequest;
+}
+
+/** What `workbench project --json` prints: one model's or run's projection, or a model set's sweeps. */
+export interface IProjectResult {
+  title: string;
+  accelerator: string;
+  /** One model or run: the projected step and its operators. */
+  step_ns?: number;
+  steps?: number;
+  ops?: { name: string; time_ns: number; bound: string; [key: string]: unknown }[];
+  guidance?: { title: string; gain_ns: number; [key: string]: unknown }[];
+  /** A model set: each model's step as written. */
+  models?: { model: string; step_ns: number }[];
+  [key: string]: unknown;
+}
+
+/** The reply of `GET project/options`: what a projection form offers. */
+export interface IProjectOptions {
+  /** The hardware table's devices. */
+  devices: string[];
+  /** `--dtype`'s choices. */
+  dtypes: string[];
+  /** The sweep knobs (`rate.<dtype>` stands for one per dtype). */
+  knobs: string[];
+  /** The model set's short names. */
+  model_set: string[];
+  /** The built-in models. */
+  models: string[];
+}
+
+/** A capture, import, serving, quantization, replay or projection job as `GET jobs/<id>` describes it. */
 export interface IJob {
   id: string;
   status: JobStatus;
-  request: ICaptureRequest | IImportRequest | IServeJobRequest | IQuantJobRequest | IReplayJobRequest;
+  request:
+    | ICaptureRequest
+    | IImportRequest
+    | IServeJobRequest
+    | IQuantJobRequest
+    | IReplayJobRequest
+    | IProjectJobRequest;
   created: string;
   started: string | null;
   finished: string | null;
@@ -218,7 +278,7 @@ export interface IJob {
   log: string[];
   exit_code: number | null;
   /** What the command printed as JSON: a capture's or a serving run's result, or the run ids of an import. */
-  result: ICaptureResult | IServeResult | IQuantResult | IReplayResult | string[] | null;
+  result: ICaptureResult | IServeResult | IQuantResult | IReplayResult | IProjectResult | string[] | null;
   error: string | null;
 }
 
@@ -243,6 +303,12 @@ export function isQuantJob(job: IJob): job is IJob & { request: IQuantJobRequest
 export function isReplayJob(job: IJob): job is IJob & { request: IReplayJobRequest } {
   const replay = (job.request as IReplayJobRequest).replay;
   return typeof replay === 'object' && replay !== null;
+}
+
+/** Whether `job` projects a model, a run or a model set onto an accelerator (`POST project`). */
+export function isProjectJob(job: IJob): job is IJob & { request: IProjectJobRequest } {
+  const project = (job.request as IProjectJobRequest).project;
+  return typeof project === 'object' && project !== null;
 }
 
 /** The reply of `POST query`: the rows of one SELECT, at most its limit. */
@@ -325,16 +391,7 @@ export async function requestAPI<T>(
   init: RequestInit = {},
   settings: ServerConnection.ISettings = ServerConnection.makeSettings()
 ): Promise<T> {
-  const url = URLExt.join(settings.baseUrl, API_PATH, path);
-  let response: Response;
-  try {
-    response = await ServerConnection.makeRequest(url, init, settings);
-  } catch (error) {
-    throw new WorkbenchApiError(
-      `cannot reach the Jupyter server: ${(error as Error).message ?? error}`,
-      0
-    );
-  }
+  const response = await send(path, init, settings);
   const text = await response.text();
   let data: any = null;
   if (text) {
@@ -363,6 +420,19 @@ export async function requestAPI<T>(
   return data as T;
 }
 
+/** The server's response to `path` (relative to `workbench/api/`), whatever its status. */
+async function send(path: string, init: RequestInit, settings: ServerConnection.ISettings): Promise<Response> {
+  const url = URLExt.join(settings.baseUrl, API_PATH, path);
+  try {
+    return await ServerConnection.makeRequest(url, init, settings);
+  } catch (error) {
+    throw new WorkbenchApiError(
+      `cannot reach the Jupyter server: ${(error as Error).message ?? error}`,
+      0
+    );
+  }
+}
+
 function jsonBody(method: string, body: unknown): RequestInit {
   return {
     method,
@@ -373,6 +443,34 @@ function jsonBody(method: string, body: unknown): RequestInit {
 
 function runPath(runId: string): string {
   return `runs/${encodeURIComponent(runId)}`;
+}
+
+/** The trace file formats a run exports to (`workbench export`): Perfetto's protobuf, or Chrome Trace Event JSON. */
+export type ExportFormat = 'perfetto' | 'chrome';
+
+/**
+ * A run written as a trace file (`GET runs/<id>/export`): its bytes and the file name the server gives it
+ * (`<run>.perfetto-trace`, `<run>.json`). A failure is the server's own message.
+ */
+export async function fetchRunExport(
+  runId: string,
+  format: ExportFormat,
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<{ blob: Blob; fileName: string }> {
+  const path = `${runPath(runId)}/export?format=${format}`;
+  const response = await send(path, {}, settings);
+  if (!response.ok) {
+    let message = `${response.status} ${response.statusText || 'error'} from ${path}`;
+    try {
+      const data = await response.json();
+      message = typeof data?.message === 'string' ? data.message : message;
+    } catch {
+      // not JSON: the status says it
+    }
+    throw new WorkbenchApiError(message, response.status);
+  }
+  const named = /filename="([^"]+)"/.exec(response.headers.get('Content-Disposition') ?? '');
+  return { blob: await response.blob(), fileName: named ? named[1] : `${runId}.${format === 'chrome' ? 'json' : 'perfetto-trace'}` };
 }
 
 /** The runs and experiments of the server's traces root. */
@@ -447,6 +545,22 @@ export function startReplay(request: IReplayRequest): Promise<IJob> {
 /** The view of a succeeded replay job laid out `width` pixels wide. */
 export async function fetchReplayView(jobId: string, width: number): Promise<IBokehItem> {
   const reply = await requestAPI<{ item: IBokehItem }>(`replay/${encodeURIComponent(jobId)}/view?width=${width}`);
+  return reply.item;
+}
+
+/** What a projection form offers: devices, dtypes, sweep knobs, the model set. */
+export function fetchProjectOptions(): Promise<IProjectOptions> {
+  return requestAPI<IProjectOptions>('project/options');
+}
+
+/** Start (or queue) a projection onto an accelerator (`workbench project`). */
+export function startProject(request: IProjectRequest): Promise<IJob> {
+  return requestAPI<IJob>('project', jsonBody('POST', request));
+}
+
+/** The report of a succeeded projection job laid out `width` pixels wide. */
+export async function fetchProjectView(jobId: string, width: number): Promise<IBokehItem> {
+  const reply = await requestAPI<{ item: IBokehItem }>(`project/${encodeURIComponent(jobId)}/view?width=${width}`);
   return reply.item;
 }
 

@@ -1,7 +1,7 @@
 /**
  * The Workbench JupyterLab extension: a left sidebar of runs and captures, main-area dashboards and
- * comparisons, a run's op replay (from its dashboard's toolbar or the runs list), command-palette and launcher
- * entries, the traces folder setting, and "Open in Workbench" on trace files in Lab's file browser (imported by the
+ * comparisons, a run's op replay (from its dashboard's toolbar or the runs list), projections onto an accelerator
+ * (from the sidebar's co-design section or a dashboard's toolbar), command-palette and launcher entries, the traces folder setting, and "Open in Workbench" on trace files in Lab's file browser (imported by the
  * server, then opened).
  *
  * The setting `tracesRoot` is sent to the server (`PUT workbench/api/config`) when Lab starts and each
@@ -16,6 +16,7 @@ import {
 import {
   ICommandPalette,
   MainAreaWidget,
+  showErrorMessage,
   ToolbarButton,
   WidgetTracker
 } from '@jupyterlab/apputils';
@@ -24,11 +25,13 @@ import { ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { refreshIcon } from '@jupyterlab/ui-components';
 
-import { IJob, IRunRow } from './api';
+import { ExportFormat, IJob, IRunRow } from './api';
 import { workbenchIcon } from './icon';
 import { IQueryShown, QueryResultView } from './queryView';
 import { runLabel } from './runs';
 import { WorkbenchSidebar } from './sidebar';
+import { downloadExport, openInPerfetto } from './perfetto';
+import { ProjectPanel, projectTitle } from './project';
 import { quantTitle } from './quant';
 import { ReplayPanel } from './replay';
 import { BokehView, quantSource, viewSource } from './view';
@@ -118,6 +121,33 @@ const plugin: JupyterFrontEndPlugin<void> = {
       shell.activateById(id);
     };
 
+    /**
+     * Open (or bring forward) the tab of a projection job: its progress, then its report. Not restored with the
+     * layout: a projection's result lives as long as the server's job list.
+     */
+    const showProject = (job: IJob): void => {
+      const id = `workbench-project-${job.id}`;
+      const open = Array.from(shell.widgets('main')).find(widget => widget.id === id);
+      if (open) {
+        shell.activateById(id);
+        return;
+      }
+      const content = new ProjectPanel(job, baseUrl);
+      const widget = new MainAreaWidget({ content });
+      widget.id = id;
+      widget.addClass('jp-Workbench-viewPanel');
+      widget.title.label = projectTitle(job, run => runLabel(rows.get(run), run));
+      widget.title.caption = `${projectTitle(job)} (job ${job.id})`;
+      widget.title.icon = workbenchIcon;
+      widget.title.closable = true;
+      widget.toolbar.addItem(
+        'refresh',
+        new ToolbarButton({ icon: refreshIcon, tooltip: 'Draw again', onClick: () => content.refresh() })
+      );
+      shell.add(widget, 'main');
+      shell.activateById(id);
+    };
+
     /** Open (or bring forward) the dashboard of one run, or the comparison of several (against `baseline`). */
     const show = (runs: string[], baseline: string | null = null): MainAreaWidget<BokehView> => {
       const id = viewId(runs, baseline);
@@ -143,6 +173,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         })
       );
       if (runs.length === 1) {
+        const run = runs[0];
         widget.toolbar.addItem(
           'replay',
           new ToolbarButton({
@@ -150,7 +181,54 @@ const plugin: JupyterFrontEndPlugin<void> = {
             className: 'jp-Workbench-replayButton',
             tooltip: "Rebuild this run's top ops from the shapes its trace recorded and time each alone " +
               '(eager, bf16, compiled), beside the trace\'s time',
-            onClick: () => showReplay(runs[0])
+            onClick: () => showReplay(run)
+          })
+        );
+        widget.toolbar.addItem(
+          'project',
+          new ToolbarButton({
+            label: 'Co-design',
+            className: 'jp-Workbench-projectButton',
+            tooltip: "Co-design: project this run's ops (from their recorded shapes) onto a device of the hardware " +
+              'table or a description of your chip, with sweeps of its knobs',
+            onClick: () => {
+              sidebar.projectRun(run);
+              shell.activateById(sidebar.id);
+            }
+          })
+        );
+        const download = (format: ExportFormat) =>
+          downloadExport(run, format).catch(error => showErrorMessage(`Cannot export run ${run}`, error));
+        widget.toolbar.addItem(
+          'perfetto-download',
+          new ToolbarButton({
+            label: 'Download for Perfetto',
+            className: 'jp-Workbench-exportButton',
+            tooltip: `Download this run as a Perfetto trace (${run}.perfetto-trace): lanes, launch → kernel flows, ` +
+              'counters and steps, for ui.perfetto.dev',
+            onClick: () => void download('perfetto')
+          })
+        );
+        widget.toolbar.addItem(
+          'chrome-download',
+          new ToolbarButton({
+            label: 'Chrome JSON',
+            className: 'jp-Workbench-chromeButton',
+            tooltip: `Download this run as Chrome Trace Event JSON (${run}.json), for chrome://tracing and tools ` +
+              'that read PyTorch profiler traces',
+            onClick: () => void download('chrome')
+          })
+        );
+        widget.toolbar.addItem(
+          'perfetto-open',
+          new ToolbarButton({
+            label: 'Open in Perfetto UI',
+            className: 'jp-Workbench-perfettoButton',
+            tooltip: 'Open this run in ui.perfetto.dev (a new tab; the trace goes to it from this page, and Perfetto ' +
+              'UI reads it in the browser)',
+            onClick: () =>
+              void openInPerfetto(run, `workbench: ${runLabel(rows.get(run), run)}`).catch(error =>
+                showErrorMessage(`Cannot open run ${run} in Perfetto UI`, error))
           })
         );
       }
@@ -208,6 +286,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       compare: (runs, baseline) => show(runs, baseline),
       showQuant,
       showReplay,
+      showProject,
       showQuery,
       deleted: runs =>
         tracker.forEach(widget => {

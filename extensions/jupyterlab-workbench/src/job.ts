@@ -1,7 +1,8 @@
 /**
  * Following a job of the server's queue from a sidebar section (capture, serving): starting it, polling it
  * every `POLL_MS` until it ends, cancelling it, and picking a running one back up after the page was reloaded.
- * Each section keeps only its form; the job's life is the same for all.
+ * Each section keeps only its form; the job's life is the same for all. A main-area tab watches a job it did not
+ * start (`useWatchedJob`).
  */
 
 import * as React from 'react';
@@ -156,4 +157,44 @@ export function useFollowedJob(options: {
     submit,
     cancel
   };
+}
+
+/**
+ * A job started elsewhere, watched until it ends (a main-area tab showing a job's progress): `job` as last polled,
+ * `error` when the server cannot be asked (retried) or no longer knows it.
+ */
+export function useWatchedJob(started: IJob): { job: IJob; error: string | null } {
+  const [job, setJob] = React.useState<IJob>(started);
+  const [error, setError] = React.useState<string | null>(null);
+  const [retry, setRetry] = React.useState(0);
+  React.useEffect(() => {
+    if (isFinished(job)) {
+      return;
+    }
+    let stopped = false;
+    const timer = window.setTimeout(async () => {
+      try {
+        const next = await getJob(job.id);
+        if (!stopped) {
+          setError(null);
+          setJob(next);
+        }
+      } catch (err) {
+        if (stopped) {
+          return;
+        }
+        if (err instanceof WorkbenchApiError && err.status === 404) {
+          setError(`the server no longer knows job ${job.id} (was it restarted?)`);
+        } else {
+          setError(`cannot follow the job: ${errorMessage(err)}; retrying`);
+          setRetry(n => n + 1);
+        }
+      }
+    }, POLL_MS);
+    return () => {
+      stopped = true;
+      window.clearTimeout(timer);
+    };
+  }, [job, retry]);
+  return { job, error };
 }

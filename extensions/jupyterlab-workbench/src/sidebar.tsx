@@ -1,7 +1,7 @@
 /**
- * The Workbench sidebar: the traces folder, the capture form, the serving form, the quantization lab, the runs with
- * their actions (open, compare, replay ops, delete, import; trace files dropped on the panel are imported too) and the
- * SQL query box. The runs list refreshes itself when runs appear or vanish: it polls the server's cheap
+ * The Workbench sidebar: the traces folder, the capture form, the serving form, the quantization lab, accelerator
+ * co-design (projection), the runs with their actions (open, compare, replay ops, delete, import; trace files dropped
+ * on the panel are imported too) and the SQL query box. The runs list refreshes itself when runs appear or vanish: it polls the server's cheap
  * `traces/version` every `WATCH_MS`.
  */
 
@@ -14,6 +14,7 @@ import { CaptureSection } from './capture';
 import { ErrorNote } from './form';
 import { workbenchIcon } from './icon';
 import { ImportButton, ImportList, ImportTracker } from './imports';
+import { IProjectPreset, ProjectSection } from './project';
 import { QuantSection } from './quant';
 import { QuerySection } from './query';
 import { IQueryShown } from './queryView';
@@ -33,6 +34,8 @@ export interface ISidebarActions {
   showQuant(job: IJob): void;
   /** Open the op replay tab of a run. */
   showReplay(runId: string): void;
+  /** Open the tab of a projection job (its progress, then its report). */
+  showProject(job: IJob): void;
   /** Show a query's result in the main area. */
   showQuery(shown: IQueryShown): void;
   /** The runs were deleted: close their views. */
@@ -52,6 +55,8 @@ interface IPanelProps {
   /** Why the traces folder setting could not be applied, if it could not. */
   rootError: string | null;
   imports: ImportTracker;
+  /** A run to project, asked for by its dashboard's toolbar: the co-design section opens with it. */
+  projectPreset: IProjectPreset | null;
 }
 
 function WorkbenchPanel(props: IPanelProps): JSX.Element {
@@ -65,6 +70,7 @@ function WorkbenchPanel(props: IPanelProps): JSX.Element {
   /** The baseline chosen for a comparison ('' for the server's rule). */
   const [baseline, setBaseline] = React.useState('');
   const [dropping, setDropping] = React.useState(false);
+  const projectSection = React.useRef<HTMLDetailsElement>(null);
   const listed = React.useRef(actions.listed);
   listed.current = actions.listed;
 
@@ -87,6 +93,13 @@ function WorkbenchPanel(props: IPanelProps): JSX.Element {
   React.useEffect(() => {
     void refresh();
   }, [props.generation]);
+
+  React.useEffect(() => {
+    if (props.projectPreset && projectSection.current) {
+      projectSection.current.open = true;
+      projectSection.current.scrollIntoView({ block: 'nearest' });
+    }
+  }, [props.projectPreset]);
 
   // List again when runs appear or vanish (a capture, an import, `workbench rm` in a terminal).
   React.useEffect(() => {
@@ -229,6 +242,11 @@ function WorkbenchPanel(props: IPanelProps): JSX.Element {
         <summary>Quantization</summary>
         <QuantSection onShow={actions.showQuant} />
       </details>
+      <details className="jp-Workbench-section jp-Workbench-projectSection" ref={projectSection}>
+        <summary>Co-design</summary>
+        <ProjectSection runs={listing?.runs ?? []} selected={ordered} preset={props.projectPreset}
+          onShow={actions.showProject} />
+      </details>
       <details className="jp-Workbench-section" open>
         <summary>
           Runs{listing ? ` (${listing.runs.length})` : ''}
@@ -346,6 +364,12 @@ export class WorkbenchSidebar extends ReactWidget {
     this.update();
   }
 
+  /** Open the co-design section with `runId` as the run to project. */
+  projectRun(runId: string): void {
+    this._projectPreset = { run: runId, n: (this._projectPreset?.n ?? 0) + 1 };
+    this.update();
+  }
+
   /** Make the server read and capture into `path` ('' for its own default), then list the runs there. */
   async setTracesRoot(path: string): Promise<void> {
     try {
@@ -360,10 +384,11 @@ export class WorkbenchSidebar extends ReactWidget {
   protected render(): JSX.Element {
     return (
       <WorkbenchPanel actions={this._actions} generation={this._generation} rootError={this._rootError}
-        imports={this.imports} />
+        imports={this.imports} projectPreset={this._projectPreset} />
     );
   }
 
   private _generation = 0;
   private _rootError: string | null = null;
+  private _projectPreset: IProjectPreset | null = null;
 }

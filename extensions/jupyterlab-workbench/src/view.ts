@@ -1,6 +1,6 @@
 /**
- * The main-area view: one run's dashboard, the comparison of several runs, a quantization job's lab or a replay
- * job's ops, drawn by BokehJS.
+ * The main-area view: one run's dashboard, the comparison of several runs, a quantization job's lab, a replay job's
+ * ops or a projection job's report, drawn by BokehJS.
  *
  * Resizing: the workbench layouts have fixed pixel widths (tables, linked timelines), so the view asks
  * the server for a layout as wide as the panel, and asks again, once the size has settled, when the
@@ -12,7 +12,14 @@
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { fetchComparison, fetchDashboard, fetchQuantView, fetchReplayView, IBokehItem } from './api';
+import {
+  fetchComparison,
+  fetchDashboard,
+  fetchProjectView,
+  fetchQuantView,
+  fetchReplayView,
+  IBokehItem
+} from './api';
 import { EmbeddedItem, embedItem } from './bokeh';
 import {
   captureTimeline,
@@ -53,6 +60,11 @@ export function quantSource(jobId: string): IViewSource {
 /** The source for the view of the replay job `jobId` (drawn from the job's result: no replay runs again). */
 export function replaySource(jobId: string): IViewSource {
   return { runs: [], baseline: null, fetch: width => fetchReplayView(jobId, width) };
+}
+
+/** The source for the report of the projection job `jobId` (drawn from the job's result: nothing is projected again). */
+export function projectSource(jobId: string): IViewSource {
+  return { runs: [], baseline: null, fetch: width => fetchProjectView(jobId, width) };
 }
 
 /** A panel that draws the Bokeh layout of a `IViewSource`. */
