@@ -16,6 +16,7 @@ import torch
 from click.testing import CliRunner
 from torch import nn
 
+from tests.npu import npu_yaml
 from workbench.cli import main
 from workbench.codesign.description import (
     AcceleratorSpecError,
@@ -28,17 +29,7 @@ from workbench.codesign.projection import project, totals
 from workbench.codesign.sensitivity import sweep
 from workbench.trace import Trace, schema
 
-NPU = """
-name: test-npu
-clock: 1 GHz
-matrix_units: {count: 1, array: 128x128, rates: {bf16: 32.768 TFLOP/s, int8: 65.536 TOPS}}
-vector_units: {rates: {bf16: 256 GFLOP/s, fp32: 128 GFLOP/s}, transcendental_cycles: 8}
-memory_levels: [{name: sram, size: 1 MiB, bandwidth: 1 TB/s}]
-off_chip: {size: 4 GiB, bandwidth: 100 GB/s}
-host_link: {bandwidth: 10 GB/s, latency: 1 us}
-native_ops: [matmul, elementwise]
-host_fallback_cost: {latency: 10 us}
-"""
+NPU = npu_yaml(native_ops="matmul, elementwise")
 """One 128 x 128 array at 1 GHz: bf16 at 128·128·2·1e9 = 32.768 TFLOP/s is 1 MAC per PE per cycle, int8 2."""
 BF16 = "c10::BFloat16"
 

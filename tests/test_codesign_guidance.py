@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from tests.npu import npu_yaml
 from workbench.cli import main
 from workbench.codesign.description import load_description
 from workbench.codesign.graph import _frame, at_dtype, graph_row
@@ -21,17 +22,7 @@ from workbench.codesign.guidance import guidance
 from workbench.codesign.projection import project
 from workbench.codesign.sensitivity import buys_most, model_set_sweep, parse_sweep, sweep
 
-NPU = """
-name: test-npu
-clock: 1 GHz
-matrix_units: {count: 1, array: 128x128, rates: {bf16: 32.768 TFLOP/s, int8: 65.536 TOPS}}
-vector_units: {rates: {bf16: 256 GFLOP/s, fp32: 128 GFLOP/s}, transcendental_cycles: 8}
-memory_levels: [{name: sram, size: 1 MiB, bandwidth: 1 TB/s}]
-off_chip: {size: 4 GiB, bandwidth: 100 GB/s}
-host_link: {bandwidth: 10 GB/s, latency: 1 us}
-native_ops: [matmul, elementwise, norm, copy]
-host_fallback_cost: {latency: 10 us}
-"""
+NPU = npu_yaml()
 """tests/test_codesign.py's chip: one 128 x 128 array at 1 GHz, 1 bf16 MAC per PE per cycle; bf16 only."""
 BF16, FP32 = "c10::BFloat16", "float"
 

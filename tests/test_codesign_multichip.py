@@ -16,24 +16,15 @@ import yaml
 from click.testing import CliRunner
 from torch import nn
 
+from tests.npu import npu_yaml
 from workbench.cli import main
 from workbench.codesign.description import AcceleratorSpecError, load_description, parse_description
 from workbench.codesign.graph import graph_from_model, graph_from_trace
 from workbench.codesign.projection import project
 from workbench.codesign.sensitivity import parse_sweep, scaling, sweep
 
-NPU = """
-name: test-npu
-clock: 1 GHz
-matrix_units: {count: 1, array: 128x128, rates: {bf16: 32.768 TFLOP/s, int8: 65.536 TOPS}}
-vector_units: {rates: {bf16: 256 GFLOP/s, fp32: 128 GFLOP/s}, transcendental_cycles: 8}
-memory_levels: [{name: sram, size: 1 MiB, bandwidth: 1 TB/s}]
-off_chip: {size: 4 GiB, bandwidth: 100 GB/s}
-host_link: {bandwidth: 10 GB/s, latency: 1 us}
-chip_links: {bandwidth: 50 GB/s, latency: 1 us}
-native_ops: [matmul, elementwise, attention, norm, copy, softmax, other]
-host_fallback_cost: {latency: 10 us}
-"""
+NPU = npu_yaml(native_ops="matmul, elementwise, attention, norm, copy, softmax, other",
+               extra="chip_links: {bandwidth: 50 GB/s, latency: 1 us}\n")
 """tests/test_codesign.py's chip (one 128 x 128 array at 1 GHz, 1 bf16 MAC per PE per cycle, 100 GB/s off chip)
 with every operator native and a ring of chip links at 50 GB/s per chip per direction, 1 µs per hop."""
 D, HIDDEN, TOKENS = 256, 1024, 128

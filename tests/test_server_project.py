@@ -30,6 +30,7 @@ from pytest_jupyter.jupyter_server import *  # noqa: F403
 from server_api import TINY_JOB, is_finished, make_run, server_config
 from test_replay import CUSTOM, MM, STRIDED_ADD, _op
 
+from tests.npu import npu_yaml
 from workbench.imports import import_traces
 from workbench.server.project_handlers import MAX_SWEEPS, MAX_VALUES
 
@@ -39,17 +40,7 @@ api = test_server.api
 DEVICES = Path(__file__).resolve().parents[1] / "workbench" / "hardware" / "devices.yaml"
 DEVICE = "h100-sxm"
 """A device of the hardware table (`devices.yaml`)."""
-NPU = """
-name: test-npu
-clock: 1 GHz
-matrix_units: {count: 1, array: 128x128, rates: {bf16: 32.768 TFLOP/s, int8: 65.536 TOPS}}
-vector_units: {rates: {bf16: 256 GFLOP/s, fp32: 128 GFLOP/s}, transcendental_cycles: 8}
-memory_levels: [{name: sram, size: 1 MiB, bandwidth: 1 TB/s}]
-off_chip: {size: 4 GiB, bandwidth: 100 GB/s}
-host_link: {bandwidth: 10 GB/s, latency: 1 us}
-native_ops: [matmul, elementwise, norm, copy]
-host_fallback_cost: {latency: 10 us}
-"""
+NPU = npu_yaml()
 """tests/test_codesign.py's chip, as a description file of the traces root."""
 BARS_TITLE = "projected time per operator (program order), by bound"
 KINDS_TITLE = "projected time per step by operator kind"

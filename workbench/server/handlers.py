@@ -164,6 +164,16 @@ class WorkbenchHandler(APIHandler):
             raise ApiError(400, f"{name}: expected an integer number of {unit} from {low} to {high}, got {text!r}")
         return int(text)
 
+    def succeeded_job(self, job_id: str, key: str, noun: str) -> Job:
+        """The job `job_id` of the route whose request carries `key` (404 when there is none: jobs last as long as
+        the server), once it has succeeded with a result to draw (409 before)."""
+        job = self.state.jobs.get(job_id)
+        if job is None or key not in job.request:
+            raise ApiError(404, f"no {noun} job {job_id!r} (jobs last as long as the server)")
+        if job.status != "succeeded" or not isinstance(job.result, dict):
+            raise ApiError(409, f"{noun} job {job_id!r} has not succeeded ({job.status}): no view to draw")
+        return job
+
     def traces_root(self) -> Path:
         """The traces root for this request; 409 when the panel's choice leads outside root_dir now."""
         try:

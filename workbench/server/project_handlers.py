@@ -149,11 +149,7 @@ class ProjectViewHandler(WorkbenchHandler):
     async def get(self, job_id: str) -> None:
         """The report of a succeeded projection job as a Bokeh json_item, laid out `width` pixels wide."""
         width = self.query_int("width", *WIDTHS, "pixels")
-        job = self.state.jobs.get(job_id)
-        if job is None or "project" not in job.request:
-            raise ApiError(404, f"no projection job {job_id!r} (jobs last as long as the server)")
-        if job.status != "succeeded" or not isinstance(job.result, dict):
-            raise ApiError(409, f"projection job {job_id!r} has not succeeded ({job.status}): no view to draw")
+        job = self.succeeded_job(job_id, "project", "projection")
         self.reply({"job": job_id, "title": job.result.get("title"),
                     "item": await self.in_thread(draw_projection, job.result, width)})
 

@@ -75,11 +75,7 @@ class ReplayViewHandler(WorkbenchHandler):
     async def get(self, job_id: str) -> None:
         """The view of a succeeded replay job as a Bokeh json_item, laid out `width` pixels wide."""
         width = self.query_int("width", *WIDTHS, "pixels")
-        job = self.state.jobs.get(job_id)
-        if job is None or "replay" not in job.request:
-            raise ApiError(404, f"no replay job {job_id!r} (jobs last as long as the server)")
-        if job.status != "succeeded" or not isinstance(job.result, dict):
-            raise ApiError(409, f"replay job {job_id!r} has not succeeded ({job.status}): no view to draw")
+        job = self.succeeded_job(job_id, "replay", "replay")
         run = job.request["replay"]["run"]
         self.reply({"job": job_id, "run": run, "item": await self.in_thread(draw_replay, job.result, width)})
 
