@@ -24,6 +24,7 @@ import { ILauncher } from '@jupyterlab/launcher';
 import { ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { refreshIcon } from '@jupyterlab/ui-components';
+import { Widget } from '@lumino/widgets';
 
 import { ExportFormat, IJob, IRunRow } from './api';
 import { workbenchIcon } from './icon';
@@ -95,22 +96,24 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const rows = new Map<string, IRunRow>();
 
     /**
-     * Open (or bring forward) the op replay tab of a run: its form, its job, then its view. Not restored with the
-     * layout: a replay's results live as long as the server's job list.
+     * Open (or bring forward) the main-area tab `id`, made by `make` when it is not open: a job's tab (its form or
+     * progress, then its view) with a "Draw again" button. Not restored with the layout: a job's results live as
+     * long as the server's job list.
      */
-    const showReplay = (run: string): void => {
-      const id = `workbench-replay-${run}`;
+    const showJobTab = (
+      id: string, label: string, caption: string, make: () => Widget & { refresh(): void }
+    ): void => {
       const open = Array.from(shell.widgets('main')).find(widget => widget.id === id);
       if (open) {
         shell.activateById(id);
         return;
       }
-      const content = new ReplayPanel(run, baseUrl);
+      const content = make();
       const widget = new MainAreaWidget({ content });
       widget.id = id;
       widget.addClass('jp-Workbench-viewPanel');
-      widget.title.label = `Op replay: ${runLabel(rows.get(run), run)}`;
-      widget.title.caption = `Op replay of run ${run}`;
+      widget.title.label = label;
+      widget.title.caption = caption;
       widget.title.icon = workbenchIcon;
       widget.title.closable = true;
       widget.toolbar.addItem(
@@ -121,32 +124,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
       shell.activateById(id);
     };
 
-    /**
-     * Open (or bring forward) the tab of a projection job: its progress, then its report. Not restored with the
-     * layout: a projection's result lives as long as the server's job list.
-     */
-    const showProject = (job: IJob): void => {
-      const id = `workbench-project-${job.id}`;
-      const open = Array.from(shell.widgets('main')).find(widget => widget.id === id);
-      if (open) {
-        shell.activateById(id);
-        return;
-      }
-      const content = new ProjectPanel(job, baseUrl);
-      const widget = new MainAreaWidget({ content });
-      widget.id = id;
-      widget.addClass('jp-Workbench-viewPanel');
-      widget.title.label = projectTitle(job, run => runLabel(rows.get(run), run));
-      widget.title.caption = `${projectTitle(job)} (job ${job.id})`;
-      widget.title.icon = workbenchIcon;
-      widget.title.closable = true;
-      widget.toolbar.addItem(
-        'refresh',
-        new ToolbarButton({ icon: refreshIcon, tooltip: 'Draw again', onClick: () => content.refresh() })
-      );
-      shell.add(widget, 'main');
-      shell.activateById(id);
-    };
+    /** The op replay tab of a run: its form, its job, then its view. */
+    const showReplay = (run: string): void =>
+      showJobTab(`workbench-replay-${run}`, `Op replay: ${runLabel(rows.get(run), run)}`,
+        `Op replay of run ${run}`, () => new ReplayPanel(run, baseUrl));
+
+    /** The tab of a projection job: its progress, then its report. */
+    const showProject = (job: IJob): void =>
+      showJobTab(`workbench-project-${job.id}`, projectTitle(job, run => runLabel(rows.get(run), run)),
+        `${projectTitle(job)} (job ${job.id})`, () => new ProjectPanel(job, baseUrl));
 
     /** Open (or bring forward) the dashboard of one run, or the comparison of several (against `baseline`). */
     const show = (runs: string[], baseline: string | null = null): MainAreaWidget<BokehView> => {
