@@ -37,6 +37,9 @@ BY_NAME_COLUMNS = ("kind", "name", "segments", "path_ns", "share", "device_ns", 
 
 HANDOFF_COVER = 0.5
 """Least share of a thread's idle time another thread's burst must fill to count as the work it waited on."""
+HANDOFF_THREADS = 16
+"""Threads per process (those with the most events in the step) searched for handoffs: the search is pairwise,
+and a thread that hands work over (a main thread, autograd's device thread) is among the busiest."""
 MAX_STEP_EVENTS = 500_000
 """Most events a step may have for its critical path (the graph walk is Python-paced: about 1 s per 100k events)."""
 _CHAIN, _SPAN, _STREAM, _LAUNCH, _WAIT, _ORIGIN, _SINK = range(7)  # edge classes; lower wins a tie for binding
@@ -143,7 +146,13 @@ class StepGraph:
         least `HANDOFF_COVER` of the idle time and has nothing open at either end: the idle thread's last node → the
         burst's first (the fork) and the burst's last node → the node the idle thread resumes at (the join). With
         no wake-up records this is what one thread waiting on another looks like: the main thread inside
-        `backward()` while autograd's device thread runs the backward ops."""
+        `backward()` while autograd's device thread runs the backward ops. Searched among each process's
+        `HANDOFF_THREADS` busiest threads."""
+        by_pid: dict[int, list[tuple[int, np.ndarray, np.ndarray]]] = {}
+        for chain in sorted(chains, key=lambda c: -len(c[1])):
+            if len(by_pid.setdefault(chain[0], [])) < HANDOFF_THREADS:
+                by_pid[chain[0]].append(chain)
+        chains = [chain for busiest in by_pid.values() for chain in busiest]
         for pid, nodes, _ in chains:
             gap_a, gap_b = nodes[:-1], nodes[1:]
             idle = self.ts[gap_b] - self.ts[gap_a]
