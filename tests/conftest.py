@@ -95,3 +95,20 @@ def emptied_memory(*folders: str) -> Iterator[fsspec.AbstractFileSystem]:
         yield fs
     finally:
         empty()
+
+
+def json_item_figures(item: Any) -> dict[str, dict[str, Any]]:
+    """The Bokeh figures of a json_item by their title's text: their attributes."""
+    found: dict[str, dict[str, Any]] = {}
+    pending = [item]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            attributes = node.get("attributes") if isinstance(node.get("attributes"), dict) else {}
+            title = attributes.get("title")
+            if node.get("name") == "Figure" and isinstance(title, dict):
+                found[title.get("attributes", {}).get("text", "")] = attributes
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+    return found

@@ -25,7 +25,7 @@ pytest.importorskip("jupyter_server", reason="jupyter_server is not installed (p
 pytest.importorskip("pytest_jupyter", reason="pytest-jupyter is not installed (pip install -e .[test])")
 
 import test_server
-from conftest import write_trace
+from conftest import json_item_figures, write_trace
 from pytest_jupyter.jupyter_server import *  # noqa: F403
 from server_api import TINY_JOB, is_finished, make_run, server_config
 from test_replay import CUSTOM, MM, STRIDED_ADD, _op
@@ -75,23 +75,6 @@ def body(**changes: Any) -> dict[str, Any]:
 def _extension(jp_serverapp):
     (extension,) = jp_serverapp.extension_manager.extension_apps["workbench.server"]
     return extension
-
-
-def _figures(item: Any) -> dict[str, dict[str, Any]]:
-    """The Bokeh figures of a json_item by their title's text: their attributes."""
-    found: dict[str, dict[str, Any]] = {}
-    pending = [item]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, dict):
-            attributes = node.get("attributes") if isinstance(node.get("attributes"), dict) else {}
-            title = attributes.get("title")
-            if node.get("name") == "Figure" and isinstance(title, dict):
-                found[title.get("attributes", {}).get("text", "")] = attributes
-            pending.extend(node.values())
-        elif isinstance(node, list):
-            pending.extend(node)
-    return found
 
 
 def _sources(node: Any) -> list[dict[str, list[Any]]]:
@@ -284,11 +267,11 @@ def test_a_projection_job_draws_the_clis_figures_at_any_width(api, jp_serverapp,
     for width in (900, 700):
         reply = api.ok("GET", f"project/{job['id']}/view?width={width}")
         assert reply["job"] == job["id"] and reply["title"] == cli["title"]
-        figures = _figures(reply["item"])
+        figures = json_item_figures(reply["item"])
         assert figures[BARS_TITLE]["width"] == width  # laid out as wide as asked
 
         # one bar per operator in program order, its height the CLI's projected time
-        bars = _figures(reply["item"])[BARS_TITLE]
+        bars = json_item_figures(reply["item"])[BARS_TITLE]
         scale = _unit(_axis_label(bars, "left"))
         drawn = {}
         for source in _sources(bars):
@@ -345,5 +328,5 @@ def test_a_run_projects_onto_a_description_file_of_the_traces_root(api, jp_serve
     assert not any(math.isnan(op["time_ns"]) for op in cli["ops"])
     reply = api.ok("GET", f"project/{job['id']}/view?width=800")
     assert reply["title"] == f"run {run} at bf16"
-    assert BARS_TITLE in _figures(reply["item"])
+    assert BARS_TITLE in json_item_figures(reply["item"])
     assert str(jp_root_dir) not in json.dumps(done) + json.dumps(reply)

@@ -19,6 +19,7 @@ pytest.importorskip("jupyter_server", reason="jupyter_server is not installed (p
 pytest.importorskip("pytest_jupyter", reason="pytest-jupyter is not installed (pip install -e .[test])")
 
 import test_server
+from conftest import json_item_figures
 from pytest_jupyter.jupyter_server import *  # noqa: F403
 from server_api import TINY_JOB, is_finished, server_config
 
@@ -58,23 +59,6 @@ def _tables(jp_serverapp, job_id: str) -> Path:
     argv = _extension(jp_serverapp).state.jobs.get(job_id).argv
     (option,) = [word for word in argv if word.startswith("--tables=")]
     return Path(option.removeprefix("--tables="))
-
-
-def _figures(item: Any) -> dict[str, dict[str, Any]]:
-    """The Bokeh figures of a json_item by their title's text: their attributes."""
-    found: dict[str, dict[str, Any]] = {}
-    pending = [item]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, dict):
-            attributes = node.get("attributes") if isinstance(node.get("attributes"), dict) else {}
-            title = attributes.get("title")
-            if node.get("name") == "Figure" and isinstance(title, dict):
-                found[title.get("attributes", {}).get("text", "")] = attributes
-            pending.extend(node.values())
-        elif isinstance(node, list):
-            pending.extend(node)
-    return found
 
 
 def test_the_routes_refuse_requests_without_a_token(api):
@@ -184,7 +168,7 @@ def test_a_quantization_job_runs_the_lab_and_its_view_draws_at_any_width(api, jp
     for width in (900, 700):  # neither the figure default (600), which json_item leaves out
         reply = api.ok("GET", f"quant/{job['id']}/view?width={width}")
         assert reply["job"] == job["id"]
-        views[width] = figures = _figures(reply["item"])
+        views[width] = figures = json_item_figures(reply["item"])
         assert HEAT_MAP_TITLE in figures
         heat_map = json.dumps(figures[HEAT_MAP_TITLE])
         assert all(fmt in heat_map for fmt in request["formats"])
