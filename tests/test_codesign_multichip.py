@@ -269,6 +269,12 @@ def test_project_chips_prints_and_returns_the_scaling_table(tmp_path: Path) -> N
                                      "--chips", "1,2,4", "--top", "0"])
     assert text.exit_code == 0, text.output
     assert "scaling over chips" in text.output and "per shard on 4 chips" in text.output
+    html_path = tmp_path / "chips.html"
+    drawn = CliRunner().invoke(main, ["project", "tiny-gpt", "--accelerator", str(path), "--seq", "32",
+                                      "--chips", "1,2,4", "--html", str(html_path), "--top", "0"])
+    assert drawn.exit_code == 0, drawn.output
+    page = html_path.read_text(encoding="utf-8")
+    assert "step on several chips, tensor-parallel" in page and "time per shard on 4 chips" in page
 
 
 def test_project_chips_on_a_captured_run_says_it_cannot_shard(tmp_path: Path) -> None:

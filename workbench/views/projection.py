@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from bokeh.layouts import column, gridplot
+from bokeh.layouts import column, gridplot, row
 from bokeh.models import ColumnDataSource, Div, HoverTool, LayoutDOM, Legend, LegendItem
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
@@ -157,15 +157,48 @@ def evidence_cell(column: str, value: object) -> str:
     return str(value)
 
 
+def chip_scaling(chips: Mapping[str, Any], *, width: int = 1100) -> LayoutDOM:
+    """The step on each chip count (`workbench project --chips --json`'s `chips`), stacked: time on the chip and
+    the all-reduces on the chip links; the hover gives speedup and efficiency. Beside it, the time per shard kind
+    at the largest count, and the note when the graph had no dataflow to shard along."""
+    scaling = pd.DataFrame.from_records(chips["scaling"])
+    labels = [str(c) for c in scaling["chips"]]
+    source = ColumnDataSource({
+        "chips": labels, "on chip": (scaling["time_ns"] - scaling["comm_ns"]).to_numpy() / 1e3,
+        "all-reduce": scaling["comm_ns"].to_numpy() / 1e3, "step": [format_duration(v) for v in scaling["time_ns"]],
+        "speedup": scaling["speedup"].to_numpy(), "efficiency": scaling["efficiency"].to_numpy(),
+        "comm": [format_duration(v) for v in scaling["comm_ns"]]})
+    fig = figure(x_range=labels, width=max(360, width // 2 - 10), height=320, toolbar_location=None, tools="",
+                 title="step on several chips, tensor-parallel", x_axis_label="chips",
+                 y_axis_label="time per step (µs)")
+    bars = fig.vbar_stack(["on chip", "all-reduce"], x="chips", width=0.6, source=source,
+                          color=[BOUND_COLORS["compute"], BOUND_COLORS["chip link"]])
+    fig.add_tools(HoverTool(renderers=bars, tooltips=[("chips", "@chips"), ("step", "@step"), ("all-reduce", "@comm"),
+                                                      ("speedup", "@speedup{0.00}x"),
+                                                      ("efficiency", "@efficiency{0%}")]))
+    fig.y_range.start = 0
+    fig.add_layout(Legend(items=[LegendItem(label=label, renderers=[bar]) for label, bar in
+                                 zip(("on the chip", "all-reduce on the chip links"), bars, strict=True)],
+                          orientation="horizontal", label_text_font_size="9pt"), "below")
+    shards = TextTable(f"time per shard on {chips['largest']} chips", ("shard", "ops", "time", "share"), tuple(
+        cells(row["shard"], f"{row['ops']:,}", format_duration(row["time_ns"]), f"{row['share']:.1%}")
+        for row in chips["by_shard"]), left=frozenset({"shard"}))
+    note = f"<p>{html.escape(chips['note'])}</p>" if chips.get("note") else ""
+    return row(fig, Div(text=html_table(shards) + note, width=max(300, width // 2 - 10)))
+
+
 def projection_view(heading: str, *, projection: pd.DataFrame | None = None, steps: int = 1,
                     findings: Sequence[Finding] = (), sweeps: pd.DataFrame | None = None,
-                    tables: Sequence[TextTable] = (), width: int = 1100) -> LayoutDOM:
-    """The report: a heading, then what is given of the operator bars and kind totals (`projection`), the sweep
-    curves (`sweeps`: | model | figure | value | time_ns | ratio |), text `tables` (the model set's ratios) and the
-    guidance (`findings`)."""
+                    tables: Sequence[TextTable] = (), chips: Mapping[str, Any] | None = None,
+                    width: int = 1100) -> LayoutDOM:
+    """The report: a heading, then what is given of the operator bars and kind totals (`projection`), the step on
+    several chips (`chips`, `chip_scaling`), the sweep curves (`sweeps`: | model | figure | value | time_ns | ratio
+    |), text `tables` (the model set's ratios) and the guidance (`findings`)."""
     parts: list[LayoutDOM] = [Div(text=f"<h2>{html.escape(heading)}</h2>", width=width)]
     if projection is not None and not projection.empty:
         parts += [operator_bars(projection, width=width), kind_totals(projection, steps, width=width)]
+    if chips:
+        parts.append(chip_scaling(chips, width=width))
     if sweeps is not None and not sweeps.empty:
         parts.append(sweep_curves(sweeps, width=width))
     if tables:
@@ -189,7 +222,8 @@ def result_view(result: Mapping[str, Any], *, width: int = 1100) -> LayoutDOM:
     curves = pd.concat([t.assign(model=label, ratio=1.0 / t["speedup"]) for t in swept]) if swept else None
     return projection_view(f"{label} on {result['accelerator']}: {format_duration(result['step_ns'])} per step",
                            projection=projection, steps=result["steps"],
-                           findings=[Finding.from_dict(f) for f in result["guidance"]], sweeps=curves, width=width)
+                           findings=[Finding.from_dict(f) for f in result["guidance"]], sweeps=curves,
+                           chips=result.get("chips"), width=width)
 
 
 def set_tables(result: Mapping[str, Any]) -> list[TextTable]:
