@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workbench.analysis.critical_path_threads import Chain, handoffs
 from workbench.errors import WorkbenchError
 from workbench.trace import Trace
 from workbench.trace.schema import DEVICE_KINDS
@@ -35,11 +36,6 @@ BY_NAME_COLUMNS = ("kind", "name", "segments", "path_ns", "share", "device_ns", 
 """Columns of `CriticalPath.by_name`."""
 
 
-HANDOFF_COVER = 0.5
-"""Least share of a thread's idle time another thread's burst must fill to count as the work it waited on."""
-HANDOFF_THREADS = 16
-"""Threads per process (those with the most events in the step) searched for handoffs: the search is pairwise,
-and a thread that hands work over (a main thread, autograd's device thread) is among the busiest."""
 MAX_STEP_EVENTS = 500_000
 """Most events a step may have for its critical path (the graph walk is Python-paced: about 1 s per 100k events)."""
 _CHAIN, _SPAN, _STREAM, _LAUNCH, _WAIT, _ORIGIN, _SINK = range(7)  # edge classes; lower wins a tie for binding
@@ -115,7 +111,7 @@ class StepGraph:
         order = host[np.lexsort((self.rows[host], -(self.end[host] - self.start[host]), self.start[host],
                                  self.track[host]))]
         virtual_sink = self.sink == len(self.ts) - 1
-        chains: list[tuple[int, np.ndarray, np.ndarray]] = []  # (pid, nodes, whether an event is open after each)
+        chains: list[Chain] = []
         for _, members in pd.Series(order).groupby(self.track[order], sort=False):
             chain: list[tuple[int, int]] = []  # (node, event open after it)
             stack: list[int] = []
@@ -140,37 +136,12 @@ class StepGraph:
                 self._to_sink(nodes)
         self._handoffs(chains)
 
-    def _handoffs(self, chains: list[tuple[int, np.ndarray, np.ndarray]]) -> None:
-        """Fork and join edges between threads of one process. Where a thread idles (between two of its nodes) while
-        another thread of its process runs a burst that starts after it went idle, ends before it resumes, fills at
-        least `HANDOFF_COVER` of the idle time and has nothing open at either end: the idle thread's last node → the
-        burst's first (the fork) and the burst's last node → the node the idle thread resumes at (the join). With
-        no wake-up records this is what one thread waiting on another looks like: the main thread inside
-        `backward()` while autograd's device thread runs the backward ops. Searched among each process's
-        `HANDOFF_THREADS` busiest threads."""
-        by_pid: dict[int, list[tuple[int, np.ndarray, np.ndarray]]] = {}
-        for chain in sorted(chains, key=lambda c: -len(c[1])):
-            if len(by_pid.setdefault(chain[0], [])) < HANDOFF_THREADS:
-                by_pid[chain[0]].append(chain)
-        chains = [chain for busiest in by_pid.values() for chain in busiest]
-        for pid, nodes, _ in chains:
-            gap_a, gap_b = nodes[:-1], nodes[1:]
-            idle = self.ts[gap_b] - self.ts[gap_a]
-            for other_pid, other, busy_after in chains:
-                if other_pid != pid or other is nodes or len(other) < 2:
-                    continue
-                times = self.ts[other]
-                first = np.searchsorted(times, self.ts[gap_a], side="right")
-                last = np.searchsorted(times, self.ts[gap_b], side="right") - 1
-                ok = (first < last) & (last < len(other))
-                first, last = np.minimum(first, len(other) - 1), np.maximum(last, 0)
-                ok &= times[last] - times[first] >= HANDOFF_COVER * idle
-                ok &= ~busy_after[last] & ((first == 0) | ~busy_after[np.maximum(first - 1, 0)])
-                for g in np.flatnonzero(ok).tolist():
-                    waiting = self._open_event(int(gap_a[g]))
-                    self._edge(int(gap_a[g]), int(other[first[g]]), _WAIT, (int(other[first[g]]) - 1) // 2,
-                               _KIND["thread handoff"])
-                    self._edge(int(other[last[g]]), int(gap_b[g]), _WAIT, waiting, _KIND["thread handoff"])
+    def _handoffs(self, chains: list[Chain]) -> None:
+        """Fork and join edges between threads of one process (`critical_path_threads.handoffs`): the fork carries
+        the burst's first event, the join the event the idle thread waited in."""
+        for fork_from, burst_first, burst_last, resume in handoffs(self.ts, chains):
+            self._edge(fork_from, burst_first, _WAIT, (burst_first - 1) // 2, _KIND["thread handoff"])
+            self._edge(burst_last, resume, _WAIT, self._open_event(fork_from), _KIND["thread handoff"])
 
     def _open_event(self, node: int) -> int:
         """The host event a thread is in right after `node` (the event itself at its start, its parent at its end;
