@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import fixture_path
+from conftest import fixture_path, load_raw
 
 from workbench.cli import main
 from workbench.errors import TraceFormatError
@@ -376,3 +376,25 @@ def test_an_export_named_pb_sniffs_as_perfetto(runs: dict[str, str], root: Path,
     odd = tmp_path / "run.bin"
     odd.write_bytes(out.read_bytes())
     assert sniff_format(odd) == "perfetto"
+
+
+@pytest.mark.parametrize("fmt", ["perfetto", "chrome"])
+def test_critical_path_track_tiles_the_step(fmt: str, runs: dict[str, str], root: Path, tmp_path: Path) -> None:
+    """`--critical-path` adds the typical step's path under the lanes: one slice per segment, tiling the step (its
+    span from the raw trace's ProfilerStep#5), the trace's own events untouched."""
+    raw = load_raw(fixture_path(*KINETO))["traceEvents"]
+    step = next(e for e in raw if e.get("name") == "ProfilerStep#5")
+    out = tmp_path / f"path{SUFFIX[fmt]}"
+    result = CliRunner().invoke(main, ["export", runs["kineto"], "--format", fmt, "--critical-path", "-o", str(out),
+                                       "--out", str(root), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["critical_path"]["track"] == "critical path (step 0)"
+    events = read_trace(out).df()
+    pid = events["pid"].to_numpy()
+    on_path = events[pid == pid[events["name"].astype(str).str.startswith("cpu op: ").to_numpy()][0]]
+    assert len(on_path) == summary["critical_path"]["segments"]
+    assert on_path["dur_ns"].sum() == round(step["dur"] * 1000)
+    assert (on_path["kind"].astype(str) == "annotation").all()
+    own = open_bundle(runs["kineto"], root).trace().events.num_rows
+    assert len(events) == own + len(on_path)

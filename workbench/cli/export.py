@@ -19,9 +19,12 @@ from workbench.cli.render import err, errors, print_json, progress
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
               help="File to write (default: <run id>.perfetto-trace or <run id>.json in the current folder); written "
                    "under a temporary name and renamed, so it is never left half-written.")
+@click.option("--critical-path", "critical_path", is_flag=True,
+              help="Add the typical step's critical path as a track of its own under the lanes: one slice per "
+                   "segment (cpu op, launch latency, kernel, wait, thread handoff), as `workbench analyze` finds it.")
 @out_option
 @json_option
-def export(run: str, fmt: str, output: Path | None, out_dir: str | None, as_json: bool) -> None:
+def export(run: str, fmt: str, output: Path | None, critical_path: bool, out_dir: str | None, as_json: bool) -> None:
     """Write RUN (a run id under the traces root, or a bundle's path) as a trace file that Perfetto UI opens with
     the run's lanes, names, launch → kernel flows, counters and step markers; `workbench import` reads it back."""
     from workbench.export.run import default_output, export_run
@@ -42,7 +45,7 @@ def export(run: str, fmt: str, output: Path | None, out_dir: str | None, as_json
                 bars.advance(task, done - shown)
                 shown = done
 
-            summary = export_run(bundle.path, fmt, target, progress=advance)
+            summary = export_run(bundle.path, fmt, target, progress=advance, critical_path=critical_path)
             bars.finish(task)
     if as_json:
         print_json(summary)
@@ -51,3 +54,7 @@ def export(run: str, fmt: str, output: Path | None, out_dir: str | None, as_json
     kinds = ", ".join(f"{count:,} {kind}" for kind, count in summary["kinds"].items())
     err.print(f"{summary['events']:,} events ({kinds}), {summary['flows']:,} flows, {summary['counters']:,} counter "
               f"values, {summary['memory']:,} memory records; {summary['bytes']:,} bytes", soft_wrap=True)
+    path = summary.get("critical_path")
+    if path is not None:
+        err.print(f"critical path: {path['segments']:,} segments on the track {path['track']!r}" if "track" in path
+                  else f"critical path: none ({path['error']})", soft_wrap=True, markup=False)

@@ -22,10 +22,12 @@ def default_output(run_id: str, fmt: str, folder: Path) -> Path:
     return folder / f"{run_id}{SUFFIXES[fmt]}"
 
 
-def export_run(run_dir: Path, fmt: str, out: Path,
-               progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+def export_run(run_dir: Path, fmt: str, out: Path, progress: Callable[[int, int], None] | None = None, *,
+               critical_path: bool = False) -> dict[str, Any]:
     """Write the run in the bundle folder `run_dir` to `out` as `fmt` ("perfetto" or "chrome") and return the
-    summary `workbench export --json` prints: path, format, bytes, events per kind, flows, counters, memory.
+    summary `workbench export --json` prints: path, format, bytes, events per kind, flows, counters, memory; with
+    `critical_path`, the typical step's critical path as a track of its own (`workbench.export.critical_path`) and
+    "critical_path": {"track", "segments"} (or {"error"} when the step has no path).
 
     The file is written beside `out` under a hidden temporary name and renamed into place, so an error or Ctrl-C
     leaves no half-written file (and an existing `out` untouched). `progress(done, total)` hears of the events
@@ -37,7 +39,15 @@ def export_run(run_dir: Path, fmt: str, out: Path,
 
     if fmt not in FORMATS:
         raise WorkbenchError(f"unknown export format {fmt!r} (known: {', '.join(FORMATS)})")
-    source = open_source(run_dir)
+    extra, path = None, None
+    if critical_path:
+        from workbench.export.critical_path import path_track
+        from workbench.trace.store.bundle import open_bundle
+
+        run_dir = Path(run_dir)
+        extra, why = path_track(open_bundle(run_dir, run_dir.parent).trace())
+        path = {"error": why} if extra is None else {"track": why, "segments": extra.num_rows}
+    source = open_source(run_dir, extra)
     out = Path(out)
     total = source.events.num_rows
     done = 0
@@ -66,4 +76,5 @@ def export_run(run_dir: Path, fmt: str, out: Path,
         raise
     return {"run": source.run_id, "path": str(out), "format": fmt, "bytes": out.stat().st_size,
             "events": written["events"], "kinds": source.kind_counts(), "flows": written["flows"],
-            "counters": written["counters"], "memory": written["memory"]}
+            "counters": written["counters"], "memory": written["memory"],
+            **({"critical_path": path} if path is not None else {})}

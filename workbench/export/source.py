@@ -91,18 +91,19 @@ class Source:
         return dict(sorted(((KINDS[k], int(c)) for k, c in enumerate(counts) if c), key=lambda p: (-p[1], p[0])))
 
 
-def open_source(run_dir: str | Path) -> Source:
-    """The bundle in `run_dir` (a bundle folder, or its run.json), planned for export; BundleError for a path that
-    is no bundle, or a run without a trace."""
+def open_source(run_dir: str | Path, extra: pa.Table | None = None) -> Source:
+    """The bundle in `run_dir` (a bundle folder, or its run.json), planned for export with `extra` events (rows of
+    the events schema, such as the critical path's track) after its own; BundleError for a path that is no bundle,
+    or a run without a trace."""
     run_dir = Path(run_dir)
     bundle = open_bundle(run_dir, run_dir.parent)
-    return plan(bundle)
+    return plan(bundle, extra)
 
 
-def plan(bundle: Bundle) -> Source:
-    """The export plan of an opened bundle."""
+def plan(bundle: Bundle, extra: pa.Table | None = None) -> Source:
+    """The export plan of an opened bundle, with `extra` events after its own."""
     trace = bundle.trace()
-    events = trace.events
+    events = trace.events if extra is None else pa.concat_tables([trace.events, extra])
     kind = _codes(events, "kind", list(KINDS)).astype(np.int8)
     devices = _decoded(events, "device")
     tracks = _decoded(events, "track")
