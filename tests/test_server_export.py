@@ -67,6 +67,7 @@ def test_the_route_refuses_requests_without_a_token(api, run):
 @pytest.mark.parametrize(("path", "status", "message"), [
     ("RUN/export?format=pdf", 400, "format: expected perfetto or chrome, got 'pdf'"),
     ("RUN/export?format=", 400, "format: expected perfetto or chrome, got ''"),
+    ("RUN/export?critical_path=yes", 400, "critical_path: expected 0 or 1, got 'yes'"),
     ("..%2F..%2Fetc/export", 400, "'../../etc' is not a run id"),
     ("no-such-run/export", 404, "no run 'no-such-run' in the traces root"),
 ])
@@ -109,3 +110,14 @@ def test_the_download_reads_back_with_the_runs_kernels(api, run, tmp_path, fmt):
     assert len(kernels) == len(durations) == 14
     assert int(kernels["dur_ns"].sum()) == round(sum(durations) * 1e3)
     assert _exports() == before  # the temporary file went with the reply
+
+
+def test_the_download_can_carry_the_critical_path(api, run, tmp_path):
+    response = api.raw("GET", f"api/runs/{run}/export?format=perfetto&critical_path=1")
+    assert response.code == 200, response.body[:300]
+    downloaded = tmp_path / f"{run}.perfetto-trace"
+    downloaded.write_bytes(response.body)
+    events = read_trace(downloaded).events.select(["kind", "track", "dur_ns"]).to_pandas()
+    on_path = events[events["track"].astype(str).str.contains("critical path", regex=False)]
+    assert len(on_path) and (on_path["kind"].astype(str) == "annotation").all()
+    assert len(events[events["kind"].astype(str) == "kernel"]) == len(raw_kernels())

@@ -449,15 +449,17 @@ function runPath(runId: string): string {
 export type ExportFormat = 'perfetto' | 'chrome';
 
 /**
- * A run written as a trace file (`GET runs/<id>/export`): its bytes and the file name the server gives it
- * (`<run>.perfetto-trace`, `<run>.json`). A failure is the server's own message.
+ * A run written as a trace file (`GET runs/<id>/export`), with its typical step's critical path as a track of its
+ * own when `criticalPath`: its bytes and the file name the server gives it (`<run>.perfetto-trace`, `<run>.json`).
+ * A failure is the server's own message.
  */
 export async function fetchRunExport(
   runId: string,
   format: ExportFormat,
+  criticalPath = false,
   settings: ServerConnection.ISettings = ServerConnection.makeSettings()
 ): Promise<{ blob: Blob; fileName: string }> {
-  const path = `${runPath(runId)}/export?format=${format}`;
+  const path = `${runPath(runId)}/export?format=${format}` + (criticalPath ? '&critical_path=1' : '');
   const response = await send(path, {}, settings);
   if (!response.ok) {
     let message = `${response.status} ${response.statusText || 'error'} from ${path}`;

@@ -30,14 +30,17 @@ export function saveFile(blob: Blob, fileName: string): void {
   window.setTimeout(() => URL.revokeObjectURL(url), 60_000);
 }
 
-/** Download run `runId`'s trace in `format` (the server writes it: `workbench export`). */
+/**
+ * Download run `runId`'s trace in `format` (the server writes it: `workbench export`); a Perfetto trace carries the
+ * critical path of the typical step as a track of its own.
+ */
 export async function downloadExport(runId: string, format: ExportFormat): Promise<void> {
-  const { blob, fileName } = await fetchRunExport(runId, format);
+  const { blob, fileName } = await fetchRunExport(runId, format, format === 'perfetto');
   saveFile(blob, fileName);
 }
 
 /**
- * Open run `runId`'s Perfetto trace in ui.perfetto.dev under `title`. Must be called in a click's handler (the
+ * Open run `runId`'s Perfetto trace (with its critical path's track) in ui.perfetto.dev under `title`. Must be called in a click's handler (the
  * window opens at once). Rejects with why it could not (a blocked window, an export the server refused, a UI that
  * never answered); the UI's window is closed then, unless it was the UI that did not answer.
  */
@@ -50,7 +53,7 @@ export async function openInPerfetto(runId: string, title: string): Promise<void
   let buffer: ArrayBuffer;
   let fileName: string;
   try {
-    const exported = await fetchRunExport(runId, 'perfetto');
+    const exported = await fetchRunExport(runId, 'perfetto', true);
     buffer = await exported.blob.arrayBuffer();
     fileName = exported.fileName;
   } catch (error) {
