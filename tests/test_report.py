@@ -28,6 +28,14 @@ def test_capture_writes_the_experiment_report(captured):
     assert "<script" in html and "Bokeh" in html
     assert "https://cdn.bokeh.org" not in html  # BokehJS inline: opens offline
     assert not [p for p in report.parent.iterdir() if p.name.startswith(f".{report.name}.")]
+    # each run's Perfetto trace beside it, under an "Open in Perfetto" button, with the step's critical path
+    from workbench.trace.registry import read_trace
+
+    for run in result["runs"]:
+        trace = report.with_name(f"{report.stem}.{run['run_id']}.perfetto-trace")
+        assert trace.name in html and "ui.perfetto.dev" in html
+        tracks = read_trace(trace).events["track"].to_pandas().astype(str)
+        assert tracks.str.contains("critical path", regex=False).any()
 
 
 def test_report_of_a_run_and_of_an_experiment(captured, tmp_path):

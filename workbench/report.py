@@ -43,8 +43,9 @@ one is fetched from beside the report, which needs the report served over HTTP (
 
 def write_run_report(bundles: Sequence[Bundle], path: str | os.PathLike[str], title: str, *,
                      baseline: str | int | None = None) -> Path:
-    """`report_layout` of `bundles` written to `path`, after each run's Perfetto trace, written beside it as
-    `<report name>.<run id>.perfetto-trace` (`workbench.export`), under "Open in Perfetto" links and buttons. Runs
+    """`report_layout` of `bundles` written to `path`, after each run's Perfetto trace (with its typical step's
+    critical path as a track of its own), written beside it as `<report name>.<run id>.perfetto-trace`
+    (`workbench.export`), under "Open in Perfetto" links and buttons. Runs
     of a URL traces root are left out: their tables stay where they lie (`trace.store.mirror`) rather than come down
     for a trace file."""
     from bokeh.layouts import column
@@ -60,7 +61,7 @@ def write_run_report(bundles: Sequence[Bundle], path: str | os.PathLike[str], ti
         if not bundle.has_trace or remote_bundle(bundle.path) is not None:
             continue
         out = path.with_name(f"{path.stem}.{bundle.run_id}.perfetto-trace")
-        summary = export_run(bundle.path, "perfetto", out)
+        summary = export_run(bundle.path, "perfetto", out, critical_path=True)
         embedded = out.read_bytes() if summary["bytes"] <= EMBED_BYTES else None
         traces.append(PerfettoTrace(display_name(bundle.record), out.name, embedded))
     layout = report_layout(bundles, baseline=baseline)

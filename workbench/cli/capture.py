@@ -151,12 +151,12 @@ def finish_sweep(experiment_id: str, root: Path, runs: list[dict[str, Any]], tab
     sweep = _sweep(experiment_id, root)
     written = None
     if report_path is not None:
-        from workbench.report import report_layout, write_report
+        from workbench.report import write_run_report
         from workbench.trace.store.resolve import resolve_runs
 
         with errors(), err.status("building the report", spinner="dots"):
-            layout = report_layout(resolve_runs([experiment_id], root))
-            written = str(write_report(layout, report_path, title=f"workbench: {experiment_id}"))
+            written = str(write_run_report(resolve_runs([experiment_id], root), report_path,
+                                           title=f"workbench: {experiment_id}"))
     if as_json:
         print_json({"experiment": experiment_id, "root": str(root), "runs": runs, "report": written,
                     **({"sweep": sweep} if sweep else {})})
