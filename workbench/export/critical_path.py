@@ -10,6 +10,7 @@ their durations add up to the path's length.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pyarrow as pa
 
@@ -21,12 +22,13 @@ PATH_PID = 2**31
 """The pid written for the path's track: past int32, so the export gives it a process of its own."""
 
 
-def path_track(trace: Trace) -> tuple[pa.Table | None, str]:
-    """The path's segments as rows of the events schema, and the track's name; (None, why) when the trace's typical
-    step has no path (a step past the path's bound, nothing to chain)."""
+def path_track(trace: Trace) -> tuple[pa.Table | None, dict[str, Any]]:
+    """The path's segments as rows of the events schema, with what the export's summary says of them:
+    {"track": its name, "segments": its rows}; (None, {"error": why}) when the trace's typical step has no path (a
+    step past the path's bound, nothing to chain)."""
     path = typical_path(trace)
     if isinstance(path, str):
-        return None, path
+        return None, {"error": path}
     track = f"critical path (step {path.step})"
     seg = path.segments
     n = len(seg)
@@ -39,4 +41,4 @@ def path_track(trace: Trace) -> tuple[pa.Table | None, str]:
         "args": [json.dumps({"segment": kind, "event row": int(row), "share of path": round(float(share), 6)})
                  for kind, row, share in zip(seg["kind"], seg["row"], seg["share"], strict=True)],
     }
-    return pa.Table.from_pydict(rows, schema=EVENTS), track
+    return pa.Table.from_pydict(rows, schema=EVENTS), {"track": track, "segments": n}

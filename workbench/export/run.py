@@ -35,19 +35,17 @@ def export_run(run_dir: Path, fmt: str, out: Path, progress: Callable[[int, int]
     format, or an output that cannot be written."""
     from workbench.export.chrome import write_chrome
     from workbench.export.perfetto import write_perfetto
-    from workbench.export.source import open_source
+    from workbench.export.source import open_run_dir, plan
 
     if fmt not in FORMATS:
         raise WorkbenchError(f"unknown export format {fmt!r} (known: {', '.join(FORMATS)})")
+    bundle = open_run_dir(run_dir)
     extra, path = None, None
     if critical_path:
         from workbench.export.critical_path import path_track
-        from workbench.trace.store.bundle import open_bundle
 
-        run_dir = Path(run_dir)
-        extra, why = path_track(open_bundle(run_dir, run_dir.parent).trace())
-        path = {"error": why} if extra is None else {"track": why, "segments": extra.num_rows}
-    source = open_source(run_dir, extra)
+        extra, path = path_track(bundle.trace())
+    source = plan(bundle, extra)
     out = Path(out)
     total = source.events.num_rows
     done = 0

@@ -91,17 +91,15 @@ class Source:
         return dict(sorted(((KINDS[k], int(c)) for k, c in enumerate(counts) if c), key=lambda p: (-p[1], p[0])))
 
 
-def open_source(run_dir: str | Path, extra: pa.Table | None = None) -> Source:
-    """The bundle in `run_dir` (a bundle folder, or its run.json), planned for export with `extra` events (rows of
-    the events schema, such as the critical path's track) after its own; BundleError for a path that is no bundle,
-    or a run without a trace."""
+def open_run_dir(run_dir: str | Path) -> Bundle:
+    """The bundle in `run_dir` (a bundle folder, or its run.json); BundleError for a path that is no bundle."""
     run_dir = Path(run_dir)
-    bundle = open_bundle(run_dir, run_dir.parent)
-    return plan(bundle, extra)
+    return open_bundle(run_dir, run_dir.parent)
 
 
 def plan(bundle: Bundle, extra: pa.Table | None = None) -> Source:
-    """The export plan of an opened bundle, with `extra` events after its own."""
+    """The export plan of an opened bundle, with `extra` events (rows of the events schema, such as the critical
+    path's track) after its own; BundleError for a run without a trace."""
     trace = bundle.trace()
     events = trace.events if extra is None else pa.concat_tables([trace.events, extra])
     kind = _codes(events, "kind", list(KINDS)).astype(np.int8)
