@@ -48,7 +48,6 @@ export function useFollowedJob(options: {
   const [error, setError] = React.useState<string | null>(null);
   const [submitting, setSubmitting] = React.useState(false);
   const [cancelling, setCancelling] = React.useState(false);
-  const [retry, setRetry] = React.useState(0);
   const latest = React.useRef(options);
   latest.current = options;
   const reported = React.useRef(new Set<string>());
@@ -75,41 +74,16 @@ export function useFollowedJob(options: {
       });
   }, []);
 
-  React.useEffect(() => {
-    if (!job || isFinished(job)) {
-      return;
-    }
-    let stopped = false;
-    const timer = window.setTimeout(async () => {
-      try {
-        const next = await getJob(job.id);
-        if (stopped) {
-          return;
-        }
-        setError(null);
-        setJob(next);
-        if (isFinished(next)) {
-          setCancelling(false);
-          finish(next);
-        }
-      } catch (err) {
-        if (stopped) {
-          return;
-        }
-        if (err instanceof WorkbenchApiError && err.status === 404) {
-          setJob(null);
-          setError(`the server no longer knows job ${job.id} (was it restarted?)`);
-        } else {
-          setError(`cannot follow ${latest.current.what}: ${errorMessage(err)}; retrying`);
-          setRetry(n => n + 1);
-        }
+  usePolledJob(job, latest.current.what, setError, {
+    next: next => {
+      setJob(next);
+      if (isFinished(next)) {
+        setCancelling(false);
+        finish(next);
       }
-    }, POLL_MS);
-    return () => {
-      stopped = true;
-      window.clearTimeout(timer);
-    };
-  }, [job, retry]);
+    },
+    gone: () => setJob(null)
+  });
 
   const submit = async <T>(build: () => T | Promise<T>, send: (request: T) => Promise<IJob>) => {
     setError(null); // a new attempt: the last one's error and outcome go
@@ -166,27 +140,46 @@ export function useFollowedJob(options: {
 export function useWatchedJob(started: IJob): { job: IJob; error: string | null } {
   const [job, setJob] = React.useState<IJob>(started);
   const [error, setError] = React.useState<string | null>(null);
+  usePolledJob(job, 'the job', setError, { next: setJob, gone: () => undefined });
+  return { job, error };
+}
+
+/**
+ * Poll `job` every `POLL_MS` until it ends: each answer goes to `on.next` (and clears the error); a job the server
+ * no longer knows (404) to `on.gone`, with an error saying so; any other failure is shown (`what` names the job)
+ * and retried.
+ */
+function usePolledJob(
+  job: IJob | null,
+  what: string,
+  setError: (error: string | null) => void,
+  on: { next: (job: IJob) => void; gone: () => void }
+): void {
   const [retry, setRetry] = React.useState(0);
+  const latest = React.useRef({ what, on });
+  latest.current = { what, on };
   React.useEffect(() => {
-    if (isFinished(job)) {
+    if (!job || isFinished(job)) {
       return;
     }
     let stopped = false;
     const timer = window.setTimeout(async () => {
       try {
         const next = await getJob(job.id);
-        if (!stopped) {
-          setError(null);
-          setJob(next);
+        if (stopped) {
+          return;
         }
+        setError(null);
+        latest.current.on.next(next);
       } catch (err) {
         if (stopped) {
           return;
         }
         if (err instanceof WorkbenchApiError && err.status === 404) {
+          latest.current.on.gone();
           setError(`the server no longer knows job ${job.id} (was it restarted?)`);
         } else {
-          setError(`cannot follow the job: ${errorMessage(err)}; retrying`);
+          setError(`cannot follow ${latest.current.what}: ${errorMessage(err)}; retrying`);
           setRetry(n => n + 1);
         }
       }
@@ -196,5 +189,4 @@ export function useWatchedJob(started: IJob): { job: IJob; error: string | null 
       window.clearTimeout(timer);
     };
   }, [job, retry]);
-  return { job, error };
 }
