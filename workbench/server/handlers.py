@@ -48,7 +48,7 @@ import functools
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -94,6 +94,22 @@ class ApiError(tornado.web.HTTPError):
 
     def __init__(self, status_code: int, message: str) -> None:
         super().__init__(status_code, "%s", message)
+
+
+def distinct_choices(name: str, value: Any, choices: Sequence[str], unknown: str, hint: str = "") -> list[str]:
+    """`value` as a list of 1 to len(`choices`) distinct items of `choices`; otherwise a 400 naming the field
+    `name` (an item not among them is said to be `unknown`, followed by the choices and `hint`)."""
+    if (not isinstance(value, list) or not 1 <= len(value) <= len(choices)
+            or not all(isinstance(item, str) for item in value)):
+        raise ApiError(400, f"{name}: expected a list of 1 to {len(choices)} of {', '.join(choices)}, "
+                            f"got {value!r:.200}")
+    strangers = [item for item in value if item not in choices]
+    if strangers:
+        raise ApiError(400, f"{name}: {', '.join(map(repr, strangers)):.200} {unknown}; choose from "
+                            f"{', '.join(choices)}{hint}")
+    if len(set(value)) < len(value):
+        raise ApiError(400, f"{name}: one is named more than once in {value!r:.200}")
+    return list(value)
 
 
 class WorkbenchHandler(APIHandler):

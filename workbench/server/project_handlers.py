@@ -44,7 +44,7 @@ import tornado.web
 from tornado.ioloop import IOLoop
 
 from workbench.errors import WorkbenchError
-from workbench.server.handlers import WIDTHS, ApiError, WorkbenchHandler
+from workbench.server.handlers import WIDTHS, ApiError, WorkbenchHandler, distinct_choices
 from workbench.server.jobs import QueueFull
 from workbench.server.model_policy import ModelRefused
 from workbench.server.quant_handlers import MAX_BATCH, MAX_SEQ, builtin_models, is_word, model_reference
@@ -233,17 +233,7 @@ def _model_set(values: Any) -> list[str]:
     """Distinct short names of the model set (`MODEL_SET`)."""
     from workbench.codesign.sources import MODEL_SET
 
-    names = list(MODEL_SET)
-    if (not isinstance(values, list) or not 1 <= len(values) <= len(names)
-            or not all(isinstance(item, str) for item in values)):
-        raise ApiError(400, f"models: expected a list of 1 to {len(names)} of {', '.join(names)}, got {values!r:.200}")
-    unknown = [item for item in values if item not in MODEL_SET]
-    if unknown:
-        raise ApiError(400, f"models: {', '.join(map(repr, unknown)):.200} is not in the model set; choose from "
-                            f"{', '.join(names)}")
-    if len(set(values)) < len(values):
-        raise ApiError(400, f"models: one is named more than once in {values!r:.200}")
-    return list(values)
+    return distinct_choices("models", values, list(MODEL_SET), "is not in the model set")
 
 
 def _dtype(value: Any) -> str:

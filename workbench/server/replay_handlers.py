@@ -31,7 +31,7 @@ from typing import Any
 import tornado.web
 from tornado.ioloop import IOLoop
 
-from workbench.server.handlers import WIDTHS, ApiError, WorkbenchHandler
+from workbench.server.handlers import WIDTHS, ApiError, WorkbenchHandler, distinct_choices
 from workbench.server.jobs import QueueFull
 from workbench.server.state import ServerState
 from workbench.trace.store.bundle import json_safe
@@ -87,17 +87,9 @@ def _variants(value: Any) -> tuple[str, ...]:
 
     if value is None:
         return VARIANTS
-    if (not isinstance(value, list) or not 1 <= len(value) <= len(VARIANTS)
-            or not all(isinstance(item, str) for item in value)):
-        raise ApiError(400, f"variants: expected a list of 1 to {len(VARIANTS)} of {', '.join(VARIANTS)}, "
-                            f"got {value!r:.200}")
-    unknown = [item for item in value if item not in VARIANTS]
-    if unknown:
-        raise ApiError(400, f"variants: {', '.join(map(repr, unknown)):.200} is no replay variant; choose from "
-                            f"{', '.join(VARIANTS)} (ORT does not apply to single aten ops)")
-    if len(set(value)) < len(value):
-        raise ApiError(400, f"variants: one is named more than once in {value!r:.200}")
-    return tuple(variant for variant in VARIANTS if variant in value)
+    chosen = distinct_choices("variants", value, VARIANTS, "is no replay variant",
+                              " (ORT does not apply to single aten ops)")
+    return tuple(variant for variant in VARIANTS if variant in chosen)
 
 
 def replay_command(run: str, top: int, variants: tuple[str, ...], root: str) -> list[str]:
