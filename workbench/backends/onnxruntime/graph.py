@@ -80,23 +80,24 @@ def graph_inputs(path: Path) -> list[str]:
     return [value.name for value in graph.input if value.name not in initializers]
 
 
-def _counts(path: Path) -> Counter[tuple[str, str]]:
+def _nodes(path: Path) -> Any:
+    """The nodes of the ONNX graph at `path` (its weights' external data is not read)."""
     import onnx
 
-    model = onnx.load(str(path), load_external_data=False)
-    return Counter((node.domain or "ai.onnx", node.op_type) for node in model.graph.node)
+    return onnx.load(str(path), load_external_data=False).graph.node
 
 
-def fusion_map(given: Path, optimized: Path) -> dict[str, list[str]]:
-    """Per node of the optimized graph that the given graph lacks (by name and op type), the given nodes it
-    replaced: those on the given graph's paths from the new node's input tensors to its output tensors that the
-    optimized graph no longer has. ORT's fusions keep the replaced subgraph's boundary tensors (a FusedMatMul reads
-    the MatMul's inputs and writes what the scaling Mul wrote), so the walk back from its outputs, stopping at its
-    inputs, finds exactly the nodes it computes; a node with no such path (a layout node ORT inserted) is left out."""
-    import onnx
+def _counts(nodes: Any) -> Counter[tuple[str, str]]:
+    return Counter((node.domain or "ai.onnx", node.op_type) for node in nodes)
 
-    before = onnx.load(str(given), load_external_data=False).graph.node
-    after = onnx.load(str(optimized), load_external_data=False).graph.node
+
+def fusion_map(before: Any, after: Any) -> dict[str, list[str]]:
+    """Per node of the optimized graph (`after`'s nodes) that the given graph (`before`'s) lacks (by name and op
+    type), the given nodes it replaced: those on the given graph's paths from the new node's input tensors to its
+    output tensors that the optimized graph no longer has. ORT's fusions keep the replaced subgraph's boundary
+    tensors (a FusedMatMul reads the MatMul's inputs and writes what the scaling Mul wrote), so the walk back from
+    its outputs, stopping at its inputs, finds exactly the nodes it computes; a node with no such path (a layout node
+    ORT inserted) is left out."""
     given_nodes = {n.name: n for n in before}
     kept = {n.name for n in after}
     producer = {tensor: n.name for n in before for tensor in n.output}
@@ -122,24 +123,18 @@ def graph_record(given: Path, optimized: Path | None, optimization: str, given_a
     """Node counts of the graph given to the session (`given_as` says what it is: the export, a quantized or
     fp16 copy) and of ORT's optimized graph (None when ORT could not save it, e.g. compiled TensorRT nodes), and
     the optimized graph's new nodes with the given nodes they replaced (`fused_nodes`, `fusion_map`) and every
-named node's op type in either graph (`node_types`)."""
-    before = _counts(given)
-    saved = optimized is not None and optimized.is_file()
-    after = _counts(optimized) if saved else None
+    named node's op type in either graph (`node_types`). Each graph is read once."""
+    before_nodes = _nodes(given)
+    after_nodes = _nodes(optimized) if optimized is not None and optimized.is_file() else None
+    before = _counts(before_nodes)
+    after = _counts(after_nodes) if after_nodes is not None else None
     ops = [{"domain": domain, "op_type": op, "original": before.get((domain, op), 0),
             "optimized": None if after is None else after.get((domain, op), 0)}
            for domain, op in sorted(before | (after or Counter()))]
     return {"optimization": optimization, "graph": given_as, "ops": ops,
             "nodes": {"original": sum(before.values()), "optimized": None if after is None else sum(after.values())},
-            "fused_nodes": fusion_map(given, optimized) if saved else {},
-            "node_types": _node_types(given) | (_node_types(optimized) if saved else {})}
-
-
-def _node_types(path: Path) -> dict[str, str]:
-    """Each named node's op type."""
-    import onnx
-
-    return {n.name: n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node if n.name}
+            "fused_nodes": fusion_map(before_nodes, after_nodes) if after_nodes is not None else {},
+            "node_types": {n.name: n.op_type for n in [*before_nodes, *(after_nodes or [])] if n.name}}
 
 
 def counts_text(record: dict[str, Any]) -> str:
