@@ -36,6 +36,7 @@ import pandas as pd
 from workbench.codesign.description import Description
 from workbench.codesign.graph import FLOAT_DTYPES, at_dtype
 from workbench.codesign.projection import MATRIX_KINDS, VECTOR_KINDS, project
+from workbench.codesign.sensitivity import step_ns
 from workbench.views.text_tables import format_count, format_duration
 
 if TYPE_CHECKING:
@@ -104,10 +105,6 @@ def shape_text(row: Any) -> str:
     if isinstance(row.get("elements"), float | int) and not math.isnan(row["elements"]):
         return f"{format_count(row['elements'])} elements"
     return f"{format_count(row['bytes'])} B"
-
-
-def _step(graph: pd.DataFrame, description: Description, steps: int) -> float:
-    return float(project(graph, description)["time_ns"].sum() / steps)
 
 
 def _evidence(graph: pd.DataFrame, base: pd.DataFrame, index: Any, **extra: Any) -> pd.DataFrame:
@@ -196,7 +193,7 @@ def _layout(graph: pd.DataFrame, base: pd.DataFrame, d: Description, step: float
     copies = graph.index[graph["name"].isin(LAYOUT_COPIES)]
     if copies.empty:
         return None
-    gain = step - _step(graph.drop(index=copies), d, steps)
+    gain = step - step_ns(graph.drop(index=copies), d, steps)
     if gain < MIN_SHARE * step:
         return None
     return Finding("layout", f"{_ops(len(copies) // steps, 'layout copy', 'layout copies')} per step (a transpose "
@@ -217,7 +214,7 @@ def _vector(graph: pd.DataFrame, base: pd.DataFrame, d: Description, step: float
         return None
     changed = graph.copy()
     changed.loc[chosen, "bytes"] = 0.0
-    gain = step - _step(changed, d, steps)
+    gain = step - step_ns(changed, d, steps)
     computing = float(base.loc[chosen, "compute_ns"].sum() / steps)
     return Finding("vector", f"softmax and normalization on the vector units take {time / step:.1%} of the step "
                    f"({format_duration(time)}; {format_duration(computing)} of it computing)",
@@ -235,7 +232,7 @@ def _precision(graph: pd.DataFrame, base: pd.DataFrame, d: Description, step: fl
     changed = graph
     for run_dtype, ops in base.loc[lacking].groupby("run_dtype"):
         changed = at_dtype(changed, str(run_dtype), ops.index)
-    gain = step - _step(changed, d, steps)
+    gain = step - step_ns(changed, d, steps)
     if gain < MIN_SHARE * step:
         return None
     pairs = sorted({f"{a} → {b}" for a, b in zip(base.loc[lacking, "dtype"], base.loc[lacking, "run_dtype"],
