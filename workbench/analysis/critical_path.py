@@ -196,7 +196,8 @@ def finding_path_share(finding: Mapping[str, Any], path: CriticalPath) -> float 
         names = {name for item in finding.get("evidence", {}).get(field_name, [])
                  for name in str(item.get(key, "")).split(" → ")}
         mine = seg["kind"].isin(("cpu op", "kernel", "memcpy", "memset")).to_numpy() & seg["name"].isin(names)
-        mine &= on if device else True
+        if device:
+            mine &= on
     elif kind == "memcpy":
         mine = seg["kind"].eq("memcpy").to_numpy() & on
     elif kind == "launch_bound":
