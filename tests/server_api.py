@@ -30,6 +30,14 @@ def server_config(**workbench: Any) -> Config:
     })
 
 
+@pytest.fixture
+def jp_server_config(request, monkeypatch):
+    """The test server over a folder traces root (`<root_dir>/traces`, whatever WORKBENCH_TRACES says); a test may
+    pass WorkbenchServerApp settings with `indirect` parametrization. A test module takes it by importing it."""
+    monkeypatch.delenv("WORKBENCH_TRACES", raising=False)
+    return server_config(**getattr(request, "param", {}))
+
+
 class Api:
     """Calls to the test server, running its event loop until each reply."""
 

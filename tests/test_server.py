@@ -30,15 +30,9 @@ pytest.importorskip("pytest_jupyter", reason="pytest-jupyter is not installed (p
 # server-cleanup fixtures and its test-call hook would apply to every test of the suite.
 from conftest import payload_trace
 from pytest_jupyter.jupyter_server import *  # noqa: F403
-from server_api import TINY_JOB, Api, is_finished, make_run, server_config
+from server_api import TINY_JOB, Api, is_finished, jp_server_config, make_run  # noqa: F401 (jp_server_config: a fixture)
 
 from workbench.server.app import resolve_traces_root
-
-
-@pytest.fixture
-def jp_server_config(monkeypatch):
-    monkeypatch.delenv("WORKBENCH_TRACES", raising=False)  # the traces root is <root_dir>/traces
-    return server_config()
 
 
 @pytest.fixture

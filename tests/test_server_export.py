@@ -19,7 +19,7 @@ pytest.importorskip("pytest_jupyter", reason="pytest-jupyter is not installed (p
 import test_server
 from conftest import fixture_path
 from pytest_jupyter.jupyter_server import *  # noqa: F403
-from server_api import make_run, server_config
+from server_api import jp_server_config, make_run  # noqa: F401 (jp_server_config: a fixture)
 
 from workbench.imports import import_traces
 from workbench.trace.registry import read_trace
@@ -31,12 +31,6 @@ api = test_server.api
 FIXTURE = ("kineto", "amd_mi250_train.json.gz")
 """A small ROCm training trace: 14 kernels."""
 SUFFIX = {"perfetto": ".perfetto-trace", "chrome": ".json"}
-
-
-@pytest.fixture
-def jp_server_config(monkeypatch):
-    monkeypatch.delenv("WORKBENCH_TRACES", raising=False)  # the traces root is <root_dir>/traces
-    return server_config()
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ pytest.importorskip("pytest_jupyter", reason="pytest-jupyter is not installed (p
 import test_server
 from conftest import json_item_figures, write_trace
 from pytest_jupyter.jupyter_server import *  # noqa: F403
-from server_api import TINY_JOB, is_finished, make_run, server_config
+from server_api import TINY_JOB, is_finished, jp_server_config, make_run  # noqa: F401 (jp_server_config: a fixture)
 from test_replay import CUSTOM, MM, STRIDED_ADD, _op
 
 from tests.npu import npu_yaml
@@ -48,12 +48,6 @@ UNITS = {"ns": 1.0, "µs": 1e3, "ms": 1e6, "s": 1e9}
 EVENTS = [_op("aten::mm", 100, 40, MM), _op("aten::add", 200, 30, STRIDED_ADD),
           _op("mylib::fused_gelu", 300, 60, CUSTOM), _op("aten::relu", 400, 45)]
 """One call each: a matmul and an add with recorded shapes, a custom op and an op without shapes."""
-
-
-@pytest.fixture
-def jp_server_config(monkeypatch):
-    monkeypatch.delenv("WORKBENCH_TRACES", raising=False)  # the traces root is <root_dir>/traces
-    return server_config()
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ pytest.importorskip("pytest_jupyter", reason="pytest-jupyter is not installed (p
 import test_server
 from conftest import json_item_figures
 from pytest_jupyter.jupyter_server import *  # noqa: F403
-from server_api import TINY_JOB, is_finished, server_config
+from server_api import TINY_JOB, is_finished, jp_server_config  # noqa: F401 (jp_server_config: a fixture)
 
 from workbench.server.quant_handlers import MAX_FORMATS, MAX_RECIPES
 
@@ -32,13 +32,6 @@ HEAT_MAP_TITLE = "output SQNR (dB) with one layer alone in each format: lower is
 PARETO_TITLE = "recipes: weight memory against output SQNR"
 MLP_LAYERS = 4
 """The Linear layers of the built-in mlp (`models/builtin`: Linear, ReLU, Linear, ReLU, Linear, ReLU, Linear)."""
-
-
-@pytest.fixture
-def jp_server_config(request, monkeypatch):
-    """A folder traces root (`<root_dir>/traces`); a test may name WorkbenchServerApp settings indirectly."""
-    monkeypatch.delenv("WORKBENCH_TRACES", raising=False)
-    return server_config(**getattr(request, "param", {}))
 
 
 def body(**changes: Any) -> dict[str, Any]:

@@ -20,16 +20,10 @@ pytest.importorskip("pytest_jupyter", reason="pytest-jupyter is not installed (p
 
 import test_server
 from pytest_jupyter.jupyter_server import *  # noqa: F403
-from server_api import Api, is_finished, make_run, server_config
+from server_api import Api, is_finished, jp_server_config, make_run  # noqa: F401 (jp_server_config: a fixture)
 
 ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/>-])/([\w.-]+)")
 """An absolute POSIX path starting a word; one of this machine when its first folder exists here."""
-
-
-@pytest.fixture
-def jp_server_config(monkeypatch):
-    monkeypatch.delenv("WORKBENCH_TRACES", raising=False)  # the traces root is <root_dir>/traces
-    return server_config()
 
 
 api = test_server.api

@@ -19,7 +19,7 @@ pytest.importorskip("pytest_jupyter", reason="pytest-jupyter is not installed (p
 import test_server
 from conftest import PAYLOADS, write_trace
 from pytest_jupyter.jupyter_server import *  # noqa: F403
-from server_api import TINY_JOB, is_finished, make_run, server_config
+from server_api import TINY_JOB, is_finished, jp_server_config, make_run  # noqa: F401 (jp_server_config: a fixture)
 from test_replay import CUSTOM, MM, STRIDED_ADD, _op
 
 from workbench.imports import import_traces
@@ -32,12 +32,6 @@ EVENTS = [_op("aten::mm", 100, 40, MM), _op("aten::add", 200, 30, STRIDED_ADD),
           _op("mylib::fused_gelu", 300, 60, CUSTOM), _op("aten::relu", 400, 45), _op(PAYLOADS[0], 500, 35, CUSTOM)]
 """One call each (µs apart, none nested): two ops that replay, a custom op, one without shapes, a name that is no op."""
 CHART_TITLE = "median time per call (µs): in the trace and replayed alone"
-
-
-@pytest.fixture
-def jp_server_config(monkeypatch):
-    monkeypatch.delenv("WORKBENCH_TRACES", raising=False)  # the traces root is <root_dir>/traces
-    return server_config()
 
 
 @pytest.fixture

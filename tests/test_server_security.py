@@ -33,7 +33,7 @@ pytest.importorskip("pytest_jupyter", reason="pytest-jupyter is not installed (p
 
 # pytest-jupyter's fixtures, for this module only (see test_server.py).
 from pytest_jupyter.jupyter_server import *  # noqa: F403
-from server_api import TINY_JOB, Api, is_finished, make_run, server_config
+from server_api import TINY_JOB, Api, is_finished, jp_server_config, make_run  # noqa: F401 (jp_server_config: a fixture)
 
 ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/>-])/[\w.-]")
 """An absolute POSIX path in a message (`/x...` starting a word)."""
@@ -55,13 +55,6 @@ class CheckedApi(Api):
             assert not ABSOLUTE_PATH.search(message), message
             assert not any(secret in message for secret in self.secrets), message
         return code, reply
-
-
-@pytest.fixture
-def jp_server_config(request, monkeypatch):
-    """The test server; a test passes WorkbenchServerApp settings with `indirect` parametrization."""
-    monkeypatch.delenv("WORKBENCH_TRACES", raising=False)  # the traces root is <root_dir>/traces
-    return server_config(**getattr(request, "param", {}))
 
 
 def settings(**workbench: Any):
