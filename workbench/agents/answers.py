@@ -152,11 +152,13 @@ def run_files(root: Path, run: str) -> Answer:
         if not here.is_dir():
             continue
         for path in sorted(here.iterdir()):
-            if path.is_file() and not path.is_symlink() and path.suffix in TEXT_SUFFIXES \
-                    and path.stat().st_size <= MAX_FILE_BYTES:
+            if not path.is_file() or path.is_symlink() or path.suffix not in TEXT_SUFFIXES:
+                continue
+            size = path.stat().st_size
+            if size <= MAX_FILE_BYTES:
                 name = f"{sub}/{path.name}" if sub else path.name
                 uri = f"workbench://runs/{run}/{'compile' if sub else 'files'}/{path.name}"
-                files.append({"name": name, "bytes": path.stat().st_size, "uri": uri})
+                files.append({"name": name, "bytes": size, "uri": uri})
     return {"run": run, "files": files}, "files"
 
 
